@@ -1,0 +1,434 @@
+"""BERT, written by hand in plain PyTorch, weight-for-weight compatible with Hugging Face.
+
+    Bert                            embeddings -> L post-LayerNorm Transformer blocks
+    BertForPreTraining              Bert + MLM head tied to the word embeddings
+    BertForSequenceClassification   Bert + pooler ([CLS] -> dense -> tanh) + classifier
+
+`Bert.forward` returns the last hidden states h *and* the embedding-layer output e,
+because TACO's token-alignment loss works on g = h - e (see taco.py).
+
+Checkpoints move both ways between this code and Hugging Face's `transformers`
+(`load_hf_state_dict`, `to_hf_state_dict`, `from_pretrained`, `save_pretrained`)
+without importing `transformers`: a `.safetensors` file is read and written by a
+small reader of its documented format below.
+"""
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# name -> (layers, hidden, heads); the intermediate (MLP) width is always 4 * hidden.
+SIZES = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),  # the paper's BERT-small
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),  # the paper's BERT-base
+    "large": (24, 1024, 16),
+}
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522  # bert-base-uncased WordPiece
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2  # segment A / B
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02  # init N(0, 0.02)
+    pad_token_id: int = 0
+    tie_word_embeddings: bool = True  # MLM decoder shares the input embedding matrix
+
+    @classmethod
+    def from_size(cls, name, **overrides):
+        """The config of a named size (tiny ... large), with any field overridden."""
+        if name not in SIZES:
+            raise ValueError(f"unknown model size {name!r}; choose one of {', '.join(SIZES)}")
+        layers, hidden, heads = SIZES[name]
+        return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                   intermediate_size=4 * hidden, **overrides)
+
+    @classmethod
+    def from_dict(cls, d):
+        """From a dict such as a Hugging Face config.json; unknown keys are ignored."""
+        if d.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"only hidden_act 'gelu' is supported, not {d['hidden_act']!r}")
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError("only absolute position embeddings are supported")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_hf_dict(self, architecture="BertForMaskedLM"):
+        """A config.json that `transformers.AutoConfig` reads as a BERT config."""
+        return {"architectures": [architecture], "model_type": "bert", "hidden_act": "gelu",
+                "position_embedding_type": "absolute", **asdict(self)}
+
+
+# ----------------------------------------------------------------------------- blocks
+
+class Embeddings(nn.Module):
+    """e = LayerNorm(word + position + token type), then dropout."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.position = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, input_ids, token_type_ids=None):
+        T = input_ids.size(1)
+        if T > self.position.num_embeddings:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
+                             f"{self.position.num_embeddings}")
+        x = self.word(input_ids) + self.position.weight[:T]  # (B, T, H)
+        # Without segment ids every token is segment A: add row 0, skip the gather.
+        x = x + (self.token_type.weight[0] if token_type_ids is None
+                 else self.token_type(token_type_ids))
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused q/k/v projection."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        if cfg.hidden_size % cfg.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads")
+        self.n_head = cfg.num_attention_heads
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.attn_dropout = cfg.attention_probs_dropout_prob
+
+    def forward(self, x, mask=None):
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).split(H, dim=2)  # 3 x (B, T, H)
+        q, k, v = (t.view(B, T, self.n_head, H // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))  # (B, nh, T, hs)
+        # A boolean mask (True = may attend) never overflows in fp16, unlike the
+        # additive -10000 of the original code; mask=None lets SDPA pick its fastest kernel.
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.attn_dropout if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))  # exact (erf) GELU, as in BERT
+
+
+class Block(nn.Module):
+    """Post-LayerNorm Transformer block: x = LN(x + Attn(x)); x = LN(x + MLP(x))."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.attn = SelfAttention(cfg)
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.mlp = MLP(cfg)
+        self.mlp_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, x, mask=None):
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask)))
+        return self.mlp_norm(x + self.dropout(self.mlp(x)))
+
+
+def init_weights(module, std):
+    """BERT's init: N(0, std) for matrices and embeddings, zero biases, LayerNorm 1/0."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+    if isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+# ----------------------------------------------------------------------------- models
+
+class PretrainedMixin:
+    """Reading and writing Hugging Face-format directories (config.json + weights)."""
+
+    hf_architecture = "BertModel"
+
+    @classmethod
+    def from_pretrained(cls, path, **kwargs):
+        """Load a directory holding config.json and model.safetensors or pytorch_model.bin."""
+        with open(os.path.join(path, "config.json")) as f:
+            config = BertConfig.from_dict(json.load(f))
+        model = cls(config, **kwargs)
+        fresh = load_hf_state_dict(model, read_weights(path))
+        if fresh:
+            print(f"note: {len(fresh)} head weights not in {path} are freshly initialised: "
+                  f"{', '.join(sorted(fresh)[:4])}{' ...' if len(fresh) > 4 else ''}")
+        return model
+
+    def save_pretrained(self, path, vocab_file=None):
+        """Write a directory that `transformers` and `BertTokenizer` load unchanged."""
+        os.makedirs(path, exist_ok=True)
+        cfg = self.config.to_hf_dict(self.hf_architecture)
+        if isinstance(self, BertForSequenceClassification):
+            cfg["num_labels"] = self.num_labels
+            cfg["problem_type"] = "regression" if self.num_labels == 1 else None
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        write_safetensors(os.path.join(path, "model.safetensors"), to_hf_state_dict(self))
+        if vocab_file is not None:
+            shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
+            with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+                json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": True}, f)
+
+
+class Bert(PretrainedMixin, nn.Module):
+    """The encoder. forward -> (h, e): last-layer hidden states and embedding-layer output."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_hidden_layers))
+        self.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        mask = None
+        if attention_mask is not None:  # (B, T) of 1 = real token, 0 = padding
+            mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T) over keys
+        e = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+        h = e
+        for layer in self.layers:
+            h = layer(h, mask)
+        return h, e
+
+
+class MLMHead(nn.Module):
+    """dense -> GELU -> LayerNorm -> decoder (the word-embedding matrix when tied) + bias."""
+
+    def __init__(self, config, word_embeddings):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        if config.tie_word_embeddings:
+            self.decoder = word_embeddings  # shared parameter, not a copy
+        else:  # the paper's Appendix B: separate input and output embeddings
+            self.decoder = nn.Embedding(config.vocab_size, config.hidden_size)
+
+    def forward(self, h):
+        x = self.norm(F.gelu(self.dense(h)))
+        return F.linear(x, self.decoder.weight, self.bias)
+
+
+class BertForPreTraining(PretrainedMixin, nn.Module):
+    """Encoder + MLM head. No next-sentence prediction, as in the paper."""
+
+    hf_architecture = "BertForMaskedLM"
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.bert = Bert(config)
+        self.mlm = MLMHead(config, self.bert.embeddings.word)
+        self.mlm.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None):
+        """-> (logits, h, e).
+
+        With `labels` (-100 = not predicted) the logits are computed only at the
+        predicted positions, shape (n_predicted, V), in the order of `labels[labels != -100]`:
+        the 85% unscored tokens never pay for the vocabulary-wide projection.
+        Without `labels`, logits for every position, shape (B, T, V).
+        """
+        h, e = self.bert(input_ids, attention_mask, token_type_ids)
+        rows = h if labels is None else h[labels != -100]  # (n, H)
+        return self.mlm(rows), h, e
+
+
+class BertForSequenceClassification(PretrainedMixin, nn.Module):
+    """Encoder + pooler + classifier; regression (one output) when num_labels == 1."""
+
+    hf_architecture = "BertForSequenceClassification"
+
+    def __init__(self, config, num_labels=2):
+        super().__init__()
+        self.config, self.num_labels = config, num_labels
+        self.bert = Bert(config)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        for m in (self.pooler, self.classifier):
+            init_weights(m, config.initializer_range)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        h, _ = self.bert(input_ids, attention_mask, token_type_ids)
+        pooled = torch.tanh(self.pooler(h[:, 0]))  # the [CLS] token, (B, H)
+        return self.classifier(self.dropout(pooled))  # (B, num_labels)
+
+
+# ----------------------------------------------------------------------------- Hugging Face interop
+
+def _key_map(model):
+    """[(our parameter name, [Hugging Face names])]; fused qkv maps to three HF tensors."""
+    if isinstance(model, Bert):
+        enc, cfg = "", model.config
+    else:
+        enc, cfg = "bert.", model.config
+    pairs = [(f"{enc}embeddings.{ours}.weight", [f"bert.embeddings.{hf}.weight"])
+             for ours, hf in [("word", "word_embeddings"), ("position", "position_embeddings"),
+                              ("token_type", "token_type_embeddings")]]
+    pairs += [(f"{enc}embeddings.norm.{p}", [f"bert.embeddings.LayerNorm.{p}"])
+              for p in ("weight", "bias")]
+    for i in range(cfg.num_hidden_layers):
+        ours, hf = f"{enc}layers.{i}.", f"bert.encoder.layer.{i}."
+        for p in ("weight", "bias"):
+            pairs += [
+                (f"{ours}attn.qkv.{p}", [f"{hf}attention.self.{n}.{p}" for n in ("query", "key", "value")]),
+                (f"{ours}attn.proj.{p}", [f"{hf}attention.output.dense.{p}"]),
+                (f"{ours}attn_norm.{p}", [f"{hf}attention.output.LayerNorm.{p}"]),
+                (f"{ours}mlp.fc.{p}", [f"{hf}intermediate.dense.{p}"]),
+                (f"{ours}mlp.proj.{p}", [f"{hf}output.dense.{p}"]),
+                (f"{ours}mlp_norm.{p}", [f"{hf}output.LayerNorm.{p}"]),
+            ]
+    if isinstance(model, BertForPreTraining):
+        pairs += [("mlm.bias", ["cls.predictions.bias"])]
+        pairs += [(f"mlm.dense.{p}", [f"cls.predictions.transform.dense.{p}"]) for p in ("weight", "bias")]
+        pairs += [(f"mlm.norm.{p}", [f"cls.predictions.transform.LayerNorm.{p}"]) for p in ("weight", "bias")]
+        if not cfg.tie_word_embeddings:
+            pairs += [("mlm.decoder.weight", ["cls.predictions.decoder.weight"])]
+    if isinstance(model, BertForSequenceClassification):
+        pairs += [(f"pooler.{p}", [f"bert.pooler.dense.{p}"]) for p in ("weight", "bias")]
+        pairs += [(f"classifier.{p}", [f"classifier.{p}"]) for p in ("weight", "bias")]
+    return pairs
+
+
+def _is_head(ours):
+    return ours.startswith(("mlm.", "pooler.", "classifier."))
+
+
+# Keys of other BERT variants that none of our models use (NSP head, buffers, ...).
+_IGNORED = ("cls.seq_relationship.", "bert.embeddings.position_ids", "cls.predictions.decoder.")
+
+
+def to_hf_state_dict(model):
+    """Our state dict under Hugging Face BERT names (BertModel / BertForMaskedLM / ...)."""
+    ours = model.state_dict()
+    out = {}
+    for name, hf_names in _key_map(model):
+        for hf, t in zip(hf_names, ours[name].chunk(len(hf_names), dim=0)):
+            out[hf] = t.detach().clone()
+    if isinstance(model, Bert):  # a bare BertModel's keys carry no "bert." prefix
+        out = {k.removeprefix("bert."): v for k, v in out.items()}
+    if isinstance(model, BertForPreTraining):
+        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"].clone()
+        if model.config.tie_word_embeddings:  # loaders that do not tie still get the matrix
+            out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"].clone()
+    return out
+
+
+def load_hf_state_dict(model, state_dict):
+    """Copy a Hugging Face BERT state dict into `model`; returns the head weights left fresh.
+
+    Accepts BertModel checkpoints (keys without "bert.", e.g. sentence encoders) as well as
+    BertForMaskedLM / BertForPreTraining / BertForSequenceClassification ones. Every
+    encoder weight must be present with the right shape; a head (MLM, pooler, classifier)
+    missing from the checkpoint keeps its fresh initialisation and is reported.
+    """
+    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
+          for k, v in state_dict.items()}
+    ours = model.state_dict()
+    used, missing, fresh, loaded = set(), [], [], {}
+    for name, hf_names in _key_map(model):
+        absent = [k for k in hf_names if k not in sd]
+        if absent:
+            (fresh if _is_head(name) else missing).extend([name] if _is_head(name) else absent)
+            continue
+        t = torch.cat([sd[k] for k in hf_names], dim=0)
+        if t.shape != ours[name].shape:
+            raise ValueError(f"shape mismatch for {hf_names[0]}: checkpoint {tuple(t.shape)}, "
+                             f"model {tuple(ours[name].shape)} (is the model size right?)")
+        loaded[name] = t
+        used.update(hf_names)
+    if missing:
+        raise ValueError(f"checkpoint is missing {len(missing)} weights: {', '.join(missing[:5])}"
+                         f"{' ...' if len(missing) > 5 else ''}")
+    heads_absent = not isinstance(model, BertForPreTraining)
+    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED)
+                  and not (k.startswith("bert.pooler.") and not isinstance(model, BertForSequenceClassification))
+                  and not (k.startswith(("cls.", "classifier.")) and heads_absent)]
+    if unexpected:
+        raise ValueError(f"checkpoint has {len(unexpected)} unexpected weights: "
+                         f"{', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
+    with torch.no_grad():
+        for name, t in loaded.items():
+            ours[name].copy_(t)
+    return fresh
+
+
+# ----------------------------------------------------------------------------- weight files
+
+# safetensors: 8-byte little-endian header length N, N bytes of JSON
+# {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
+# then the raw little-endian tensor bytes (offsets relative to the end of the header).
+_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+              "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+              "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    out = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        raw = bytearray(data[8 + n + begin:8 + n + end])  # writable copy for frombuffer
+        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        out[name] = t.view(_ST_DTYPES[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def write_safetensors(path, tensors):
+    names = {v: k for k, v in _ST_DTYPES.items()}
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)  # the format pads the header to 8-byte alignment
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for raw in blobs:
+            f.write(raw)
+    os.replace(tmp, path)
+
+
+def read_weights(path):
+    """The state dict in a Hugging Face directory: model.safetensors or pytorch_model.bin."""
+    st, pt = os.path.join(path, "model.safetensors"), os.path.join(path, "pytorch_model.bin")
+    if os.path.exists(st):
+        return read_safetensors(st)
+    if os.path.exists(pt):
+        return torch.load(pt, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"{path} holds neither model.safetensors nor pytorch_model.bin")
