@@ -1,0 +1,641 @@
+"""TACO pre-training: MLM + the token-alignment contrastive (TC) loss.
+
+Fu et al., "Contextual Representation Learning beyond Masked Language Modeling", ACL 2022.
+
+    python taco.py                                    # tiny model, offline toy corpus, CPU, minutes
+    python taco.py --objective mlm --out runs/mlm     # the MLM baseline on the same data
+    python taco.py --resume                           # continue the run in --out exactly
+
+    # the paper's BERT-base on one GPU, on 8 GPUs, on 2 nodes of 8 GPUs
+    python taco.py --size base --data wikipedia,bookcorpus --out runs/base
+    torchrun --standalone --nproc_per_node=8 taco.py --size base --data wikipedia,bookcorpus --out runs/base
+    torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_backend=c10d \
+        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base
+    # (the same on the second node with --node_rank=1)
+
+The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
+from it, the per-device batch and the world size, so every launch above optimises alike.
+"""
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+from data import DataError, load_tokenizer, make_blocks, mask_tokens, tokenize_corpus
+from model import SIZES, BertConfig, BertForPreTraining
+
+
+class UsageError(ValueError):
+    """A user mistake: reported as one line, exit code 2."""
+
+
+# ----------------------------------------------------------------------------- the TC loss
+
+def sample_positives(real, window, generator=None):
+    """For each token, the flat index (into B*T) of one positive: another real token of the
+    same sequence at offset 1..window//2 either side, uniformly; where that offset leaves the
+    sequence (or lands on padding), a uniformly random other real token of the same sequence.
+
+    real: (B, T) bool. Returns (B, T) long; meaningless where the sequence has < 2 real tokens.
+    """
+    B, T = real.shape
+    dev, w = real.device, window // 2
+    t = torch.arange(T, device=dev)
+    # offset in {-w..-1, 1..w}: draw one of 2w slots and skip 0
+    slot = (rand(generator, dev, B, T) * (2 * w)).long()
+    pos = t + slot - w + (slot >= w).long()  # (B, T)
+    inside = (pos >= 0) & (pos < T)
+    inside &= real.gather(1, pos.clamp(0, T - 1))
+    # fall back: the k-th real token of the row, k uniform over the others (not self)
+    n_real = real.sum(1, keepdim=True)  # (B, 1)
+    rank = real.long().cumsum(1) - 1  # rank of each real token within its row
+    order = torch.argsort((~real).long(), dim=1, stable=True)  # real positions first, in order
+    k = (rand(generator, dev, B, T) * (n_real - 1).clamp(min=1)).long()
+    k = k + (k >= rank).long()
+    fallback = order.gather(1, k.clamp(max=T - 1))
+    pos = torch.where(inside, pos, fallback)
+    return pos + T * torch.arange(B, device=dev)[:, None]
+
+
+def sample_negatives(real, num_negatives, generator=None):
+    """For each token, K flat indices of real tokens drawn uniformly (with replacement)
+    from the *other* sequences of the batch: never padding, never the anchor's sequence.
+
+    real: (B, T) bool. Returns (B, T, K) long.
+    """
+    B, T = real.shape
+    dev = real.device
+    flat_real = real.reshape(-1).nonzero().squeeze(1)  # real tokens, grouped by sequence
+    n_real = real.sum(1)  # (B,)
+    start = n_real.cumsum(0) - n_real  # where each sequence's tokens begin in flat_real
+    others = flat_real.numel() - n_real  # how many tokens the other sequences hold
+    r = (rand(generator, dev, B, T, num_negatives) * others[:, None, None]).long()  # uniform over the others' tokens...
+    r = r + n_real[:, None, None] * (r >= start[:, None, None]).long()  # ...skipping our own
+    return flat_real[r.clamp(max=flat_real.numel() - 1)]
+
+
+def rand(generator, device, *shape):
+    """Uniform [0, 1) numbers drawn on the generator's device, returned on `device`."""
+    where = generator.device if generator is not None else device
+    return torch.rand(*shape, generator=generator, device=where).to(device)
+
+
+def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
+            generator=None, positions=None):
+    """The token-level contrastive loss of TACO (the paper's Eq. 3-4), averaged over anchors.
+
+    h: last-layer hidden states (B, T, H); e: embedding-layer output (B, T, H);
+    attention_mask: (B, T), 1 = real token (None: all real);
+    positions: optional (B, T) bool restricting the anchors (e.g. masked tokens only).
+    """
+    B, T, H = h.shape
+    real = (torch.ones(B, T, dtype=torch.bool, device=h.device) if attention_mask is None
+            else attention_mask.bool())
+    if B < 2:
+        raise UsageError("the TC loss needs >= 2 sequences per device batch for negatives; "
+                         "raise --device_batch_size")
+    pos = sample_positives(real, window, generator)  # (B, T)
+    neg = sample_negatives(real, num_negatives, generator)  # (B, T, K)
+    anchors = real & (real.sum(1, keepdim=True) >= 2)  # a lone token has no positive
+    if positions is not None:
+        anchors &= positions.bool()
+    with torch.autocast(h.device.type, enabled=False):  # similarities and CE in fp32
+        # The global part of each token: its contextual state minus its embedding-layer
+        # output (word + position + type, after LayerNorm: the very input the encoder saw),
+        # which removes the token's own, context-free identity. Out of place: h also feeds
+        # the MLM head.
+        g = h.float() - e.float()  # (B, T, H)
+        z = F.normalize(g, dim=-1).reshape(B * T, H)  # cosine = dot product of unit vectors
+        a = z[anchors.reshape(-1)]  # (N, H) anchors: the only side that receives gradient
+        # Positives and negatives are detached, as in the official code: they are targets
+        # the anchor moves towards / away from, not representations to be moved themselves.
+        p = z.detach()[pos[anchors]]  # (N, H)
+        n = z.detach()[neg[anchors]]  # (N, K, H)
+        logits = torch.cat([torch.einsum("nh,nh->n", a, p)[:, None],
+                            torch.einsum("nh,nkh->nk", a, n)], dim=1) / temperature  # (N, 1+K)
+        target = torch.zeros(len(a), dtype=torch.long, device=h.device)  # positive at index 0
+        return F.cross_entropy(logits, target)
+
+
+# ----------------------------------------------------------------------------- the contextual score
+
+@torch.no_grad()
+def contextual_score(model, batches, attention_masks=None):
+    """The paper's contextual score (its appendix A.3) of last-layer states, by cosine.
+
+    intra: mean cosine of two distinct tokens of the same sequence;
+    inter: mean cosine of two tokens of different sequences of the same batch;
+    score = intra - inter. With unit vectors z, the sum of cosines over all pairs of a set
+    is |sum z|^2 - (number of tokens), so no N x N matrix is ever built.
+    """
+    encoder = getattr(model, "bert", model)
+    was_training = encoder.training
+    encoder.eval()
+    intra_sum = intra_n = inter_sum = inter_n = 0.0
+    for i, ids in enumerate(batches):
+        mask = None if attention_masks is None else attention_masks[i]
+        h, _ = encoder(ids, attention_mask=mask)
+        real = torch.ones(ids.shape, dtype=torch.bool, device=ids.device) if mask is None else mask.bool()
+        z = F.normalize(h.float(), dim=-1) * real[..., None]  # padding contributes nothing
+        n = real.sum(1).double()  # (B,)
+        per_seq = z.sum(1).double()  # (B, H)
+        same = (per_seq.pow(2).sum(1) - n)  # all ordered pairs within each sequence, minus self
+        total = per_seq.sum(0).pow(2).sum() - n.sum()
+        intra_sum += same.sum().item()
+        intra_n += (n * (n - 1)).sum().item()
+        inter_sum += (total - same.sum()).item()
+        inter_n += (n.sum() ** 2 - (n ** 2).sum()).item()
+    encoder.train(was_training)
+    intra, inter = intra_sum / max(intra_n, 1), inter_sum / max(inter_n, 1)
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+# ----------------------------------------------------------------------------- recipes and flags
+
+# --size -> training recipe. small/base are the paper's (Sec. 4.1: lr 1e-4, seq 256, batch
+# 1,280); tiny/mini are sized so the offline toy corpus trains in minutes on a laptop CPU.
+RECIPES = {
+    "tiny": dict(steps=600, warmup=60, batch_size=32, max_len=128, lr=1e-3),
+    "mini": dict(steps=3000, warmup=300, batch_size=64, max_len=128, lr=5e-4),
+    "small": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4),
+    "medium": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4),
+    "base": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
+    "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
+}
+
+# Settings that may change between a run and its --resume without making it another run.
+RESUMABLE = {"resume", "force", "save_every", "eval_every", "log_every", "keep_last",
+             "skip_nonfinite", "compile", "num_proc", "cache_dir", "device", "device_batch_size"}
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description="TACO / MLM pre-training of BERT.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    # model and objective
+    p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
+    p.add_argument("--objective", default="taco", choices=["taco", "mlm"], help="taco = MLM + TC; mlm = the baseline")
+    p.add_argument("--tc_weight", type=float, default=1.0, help="lambda in loss = MLM + lambda * TC")
+    p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
+                   help="anchors of the TC loss: every real token, or only masked / unmasked ones")
+    p.add_argument("--window", type=int, default=5, help="W: positives lie within W//2 positions of the anchor")
+    p.add_argument("--negatives", type=int, default=50, help="K: negatives per anchor, from other sequences")
+    p.add_argument("--temperature", type=float, default=0.07, help="tau of the InfoNCE softmax")
+    p.add_argument("--mlm_probability", type=float, default=0.15, help="fraction of tokens masked")
+    p.add_argument("--predict_all", action="store_true", help="MLM loss on every position (the MLM+TP ablation)")
+    p.add_argument("--freeze_embeddings", action="store_true", help="keep the embedding layer at its init (Fig. 4)")
+    p.add_argument("--untie_embeddings", action="store_true", help="separate MLM decoder matrix (Appendix B)")
+    # data
+    p.add_argument("--data", default="toy", help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or folders")
+    p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
+                   "for --data toy, else bert-base-uncased)")
+    p.add_argument("--max_len", type=int, default=None, help="tokens per block (default: from --size)")
+    p.add_argument("--cache_dir", default=None, help="where tokenised corpora are cached (default $TACO_CACHE or ~/.cache/taco)")
+    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: all cores)")
+    p.add_argument("--eval_blocks", type=int, default=64, help="blocks held out for evaluation")
+    # optimisation
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: from --size)")
+    p.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: from --size)")
+    p.add_argument("--batch_size", type=int, default=None, help="global batch in sequences (default: from --size)")
+    p.add_argument("--device_batch_size", type=int, default=32, help="sequences per device per micro-step")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: from --size)")
+    p.add_argument("--weight_decay", type=float, default=0.01, help="AdamW weight decay on matrices")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping")
+    p.add_argument("--seed", type=int, default=0, help="seeds init, data order, masking and sampling")
+    # system
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
+                   help="autocast precision (default: bf16 on capable CUDA, else fp32)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    # output
+    p.add_argument("--out", default="runs/taco", help="run directory: config, metrics, checkpoints")
+    p.add_argument("--save_every", type=int, default=200, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--eval_every", type=int, default=100, help="evaluate every N steps (and at the end)")
+    p.add_argument("--log_every", type=int, default=10, help="write metrics.jsonl every N steps")
+    p.add_argument("--keep_last", type=int, default=3, help="checkpoints kept in --out")
+    p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
+    p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
+    p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
+    args = p.parse_args(argv)
+    recipe = RECIPES[args.size]
+    if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
+        args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
+    for k, v in recipe.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.vocab is None:
+        args.vocab = "toy" if args.data == "toy" else "bert-base-uncased"
+    return args
+
+
+def check_args(args, world_size):
+    """Catch user mistakes before anything is written; returns the accumulation steps."""
+    if not 8 <= args.max_len <= 512:
+        raise UsageError(f"--max_len must be between 8 and 512 (BERT has 512 positions), not {args.max_len}")
+    if args.objective == "taco":
+        if args.window < 2 or args.window % 2 == 0:
+            raise UsageError(f"--window is W, the odd width of the window centred on the anchor "
+                             f"(W=5: up to 2 positions either side); got {args.window}")
+        if args.negatives < 1:
+            raise UsageError(f"--negatives must be >= 1, not {args.negatives}")
+        if args.temperature <= 0:
+            raise UsageError("--temperature must be > 0")
+    for flag in ("steps", "batch_size", "device_batch_size", "save_every", "eval_every", "log_every", "keep_last"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be >= 1")
+    if args.warmup < 0 or args.warmup > args.steps:
+        raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
+    if not 0 < args.mlm_probability < 1:
+        raise UsageError("--mlm_probability must be in (0, 1)")
+    if args.batch_size % world_size:
+        raise UsageError(f"--batch_size {args.batch_size} is not divisible by the {world_size} processes")
+    per_rank = args.batch_size // world_size
+    dbs = min(args.device_batch_size, per_rank)
+    if per_rank % dbs:
+        raise UsageError(f"the per-process batch {per_rank} is not a multiple of --device_batch_size {dbs}")
+    if args.objective == "taco" and dbs < 2:
+        raise UsageError("TACO draws negatives from other sequences of the device batch: "
+                         "--device_batch_size must be >= 2")
+    if args.objective == "taco" and args.negatives > (dbs - 1) * args.max_len:
+        raise UsageError(f"--negatives {args.negatives} exceeds the {(dbs - 1) * args.max_len} tokens "
+                         f"of the other sequences in a device batch; lower it or raise --device_batch_size")
+    args.device_batch_size = dbs
+    return per_rank // dbs
+
+
+def get_lr(step, lr, warmup, steps):
+    """Linear warm-up from 0 to lr over `warmup` steps, then linear decay to 0 at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return lr * max(0.0, (steps - step) / max(1, steps - warmup))
+
+
+def configure_optimizer(model, args, device_type):
+    """AdamW with weight decay on matrices only (not on biases and LayerNorm)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6,
+                             fused=device_type == "cuda")
+
+
+def step_seed(seed, step, rank):
+    """Every step reseeds from (seed, step, rank): resuming needs no RNG state to be exact."""
+    return hash((seed, step, rank)) & (2 ** 62 - 1)  # hashing ints is stable across runs
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def _fsync_write(path, write):
+    """Write through a temp file in the same directory, fsync, then rename: all or nothing."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checkpoint(out, state, keep_last):
+    """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256).
+
+    A checkpoint counts only once its manifest exists, so a kill at any moment leaves either
+    the previous set of valid checkpoints or the new one. Rotation keeps the newest keep_last.
+    """
+    path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
+    _fsync_write(path, lambda f: torch.save(state, f))
+    manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": _sha256(path)}
+    _fsync_write(path[:-3] + ".json", lambda f: f.write(json.dumps(manifest).encode()))
+    for old in list_checkpoints(out)[keep_last:]:
+        for p in (old, old[:-3] + ".json"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
+    return path
+
+
+def list_checkpoints(out):
+    """Checkpoint files that have a manifest, newest first (not yet verified)."""
+    if not os.path.isdir(out):
+        return []
+    names = sorted((n for n in os.listdir(out) if n.startswith("ckpt_") and n.endswith(".json")), reverse=True)
+    return [os.path.join(out, n[:-5] + ".pt") for n in names]
+
+
+def verify_checkpoint(path):
+    """None if `path` matches its manifest, else the reason it does not."""
+    try:
+        with open(path[:-3] + ".json") as f:
+            manifest = json.load(f)
+        if os.path.getsize(path) != manifest["bytes"]:
+            return f"size {os.path.getsize(path)} != {manifest['bytes']} (truncated?)"
+        if _sha256(path) != manifest["sha256"]:
+            return "checksum mismatch (corrupted)"
+    except (OSError, ValueError, KeyError) as err:
+        return f"unreadable ({err.__class__.__name__}: {err})"
+    return None
+
+
+def latest_checkpoint(out):
+    """The newest checkpoint in `out` that passes verification, or None."""
+    for path in list_checkpoints(out):
+        reason = verify_checkpoint(path)
+        if reason is None:
+            return path
+        print(f"warning: skipping checkpoint {path}: {reason}", file=sys.stderr)
+    return None
+
+
+def load_checkpoint(path):
+    """Load a checkpoint (tensors and plain types only: weights_only=True)."""
+    if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
+        raise UsageError(f"checkpoint {path} is invalid: {reason}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
+
+
+# ----------------------------------------------------------------------------- distributed set-up
+
+def setup_distributed(device_arg):
+    """torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a plain `python taco.py` is rank 0 of 1."""
+    device_type = device_arg or ("cuda" if torch.cuda.is_available() else "cpu")
+    if "RANK" not in os.environ:
+        return 0, 0, 1, torch.device(device_type)
+    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
+
+
+def all_ranks_max(value, device):
+    """The maximum of a float over all ranks (e.g. a 'something went wrong' flag)."""
+    t = torch.tensor(float(value), device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+# ----------------------------------------------------------------------------- training
+
+def prepare_out(args, resuming, overwrite):
+    """Refuse to clobber another run; on resume, refuse a changed configuration."""
+    cfg_path = os.path.join(args.out, "config.json")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out} is a file; pass a directory")
+    if resuming and os.path.exists(cfg_path):
+        with open(cfg_path) as f:
+            old = json.load(f)["args"]
+        changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and old.get(k) != v)
+        if changed and not args.force:
+            raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
+                             f"{', '.join(changed)}; pass --force to accept them")
+    elif os.path.exists(cfg_path) or list_checkpoints(args.out):
+        if not overwrite:
+            raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
+                             f"--force to overwrite it, or another --out")
+        for name in os.listdir(args.out):
+            if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
+                os.remove(os.path.join(args.out, name))
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        probe = os.path.join(args.out, f".write_test{os.getpid()}")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as err:
+        raise UsageError(f"cannot write to --out {args.out}: {err.strerror}") from err
+
+
+def masked_batch(ids, tok, args, generator):
+    """Dynamic masking of one micro-batch -> (inputs, labels, tc anchor positions or None)."""
+    inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
+    masked = labels != -100
+    if args.predict_all:  # MLM+TP: predict every non-special token, masked or not
+        special = torch.isin(ids, torch.tensor(tok.special_ids))
+        labels = torch.where(special, -100, ids)
+    anchors = {"all": None, "masked": masked, "unmasked": ~masked}[args.tc_positions]
+    return inputs, labels, anchors
+
+
+def compute_loss(model, inputs, labels, anchors, args, generator):
+    """loss = MLM + lambda * TC (the paper's Eq. 5), with its two parts for logging."""
+    logits, h, e = model(inputs, labels=labels)  # logits only at predicted rows
+    mlm = F.cross_entropy(logits.float(), labels[labels != -100])
+    if args.objective == "mlm":
+        return mlm, mlm, torch.zeros_like(mlm)
+    tc = tc_loss(h, e, None, args.window, args.negatives, args.temperature, generator, anchors)
+    return mlm + args.tc_weight * tc, mlm, tc
+
+
+@torch.no_grad()
+def evaluate(model, blocks, tok, args, device):
+    """MLM loss / accuracy on held-out blocks (fixed masks) and the contextual score."""
+    model.eval()
+    gen = torch.Generator().manual_seed(1234)
+    batches = [torch.from_numpy(blocks[i:i + args.device_batch_size].astype(np.int64)).to(device)
+               for i in range(0, len(blocks), args.device_batch_size)]
+    loss = correct = n = 0.0
+    for ids in batches:
+        inputs, labels = mask_tokens(ids.cpu(), tok, args.mlm_probability, gen)
+        logits, _, _ = model(inputs.to(device), labels=labels.to(device))
+        target = labels[labels != -100].to(device)
+        loss += F.cross_entropy(logits.float(), target, reduction="sum").item()
+        correct += (logits.argmax(-1) == target).sum().item()
+        n += len(target)
+    ctx = contextual_score(model, batches)
+    model.train()
+    return {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n,
+            "ctx_intra": ctx["intra"], "ctx_inter": ctx["inter"], "ctx_score": ctx["score"]}
+
+
+def train(args):
+    rank, local_rank, world, device = setup_distributed(args.device)
+    master = rank == 0
+    accum = check_args(args, world)
+    # torchrun --max_restarts relaunches crashed workers: they resume by themselves
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
+    resume_from = latest_checkpoint(args.out) if args.resume or restarted else None
+    if args.resume and resume_from is None and not restarted:
+        raise UsageError(f"--resume: no valid checkpoint in {args.out}")
+    resuming = resume_from is not None
+    tok = load_tokenizer(args.vocab, args.cache_dir)
+    if master:  # rank 0 tokenises (and caches) first; the others then read the cache
+        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
+    if world > 1:
+        dist.barrier()
+    if not master:
+        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
+    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)
+    n_eval = min(args.eval_blocks, len(blocks) // 10)
+    train_blocks, eval_blocks = blocks[:len(blocks) - n_eval], blocks[len(blocks) - n_eval:]
+    steps_per_epoch = len(train_blocks) // args.batch_size
+    if steps_per_epoch == 0:
+        raise UsageError(f"the corpus gives {len(train_blocks)} training blocks of {args.max_len} tokens, "
+                         f"fewer than one batch of {args.batch_size}; lower --batch_size or add data")
+    if master:
+        prepare_out(args, resuming, overwrite=args.force or restarted)
+    if world > 1:
+        dist.barrier()
+
+    dtype = args.dtype or ("bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32")
+    autocast = (contextlib.nullcontext() if dtype == "fp32" else
+                torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16))
+    torch.manual_seed(args.seed)  # the same init on every rank
+    cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
+                               tie_word_embeddings=not args.untie_embeddings)
+    raw = BertForPreTraining(cfg).to(device)
+    if args.freeze_embeddings:
+        raw.bert.embeddings.requires_grad_(False)
+    optimizer = configure_optimizer(raw, args, device.type)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
+    start, skipped = 0, 0
+    if resuming:
+        ckpt = load_checkpoint(resume_from)
+        raw.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        start, skipped = ckpt["step"], ckpt.get("skipped", 0)
+    model = torch.compile(raw) if args.compile else raw
+    if world > 1:
+        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+
+    metrics_path = os.path.join(args.out, "metrics.jsonl")
+    if master:
+        with open(os.path.join(args.out, "config.json"), "w") as f:
+            json.dump({"args": vars(args), "model_config": asdict(cfg), "world_size": world,
+                       "accumulation": accum, "dtype": dtype, "train_blocks": len(train_blocks),
+                       "eval_blocks": n_eval, "parameters": sum(p.numel() for p in raw.parameters())},
+                      f, indent=2)
+        shutil.copyfile(tok.vocab_file, os.path.join(args.out, "vocab.txt"))
+        if resuming:  # drop lines logged after the checkpoint: they will be logged again
+            with open(metrics_path) as f:
+                kept = [l for l in f if json.loads(l)["step"] <= start]
+            with open(metrics_path, "w") as f:
+                f.writelines(kept)
+        print(f"{args.objective} | {args.size} ({sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M params) | "
+              f"{len(train_blocks)} blocks x {args.max_len} | batch {args.batch_size} = {world} x "
+              f"{accum} x {args.device_batch_size} | {dtype} on {device.type}"
+              + (f" | resumed at step {start}" if resuming else ""))
+
+    per_rank = args.batch_size // world
+    crash_step = int(os.environ.get("TACO_TEST_CRASH_STEP", -1))  # fault-injection for tests only
+    crash_rank = int(os.environ.get("TACO_TEST_CRASH_RANK", 1))
+    bar = tqdm(range(start, args.steps), initial=start, total=args.steps, disable=not master,
+               dynamic_ncols=True, desc="train")
+    perm_epoch, perm, tokens_seen, t0 = -1, None, 0, time.time()
+    last_ckpt, last_eval = resume_from, None
+    for step in bar:
+        if step == crash_step and rank == crash_rank and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            os._exit(13)
+        epoch, i = divmod(step, steps_per_epoch)
+        if epoch != perm_epoch:  # a fresh shuffle each epoch, the same on every rank
+            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch))
+            perm_epoch = epoch
+        mine = perm[i * args.batch_size:(i + 1) * args.batch_size][rank * per_rank:(rank + 1) * per_rank]
+        lr = get_lr(step, args.lr, args.warmup, args.steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        torch.manual_seed(step_seed(args.seed, step, rank))  # dropout
+        gen = torch.Generator().manual_seed(step_seed(args.seed + 1, step, rank))  # masking
+        dev_gen = gen if device.type == "cpu" else torch.Generator(device).manual_seed(step_seed(args.seed + 2, step, rank))
+        sums = torch.zeros(3, device=device)  # loss, mlm, tc
+        for micro in range(accum):
+            idx = np.sort(mine[micro * args.device_batch_size:(micro + 1) * args.device_batch_size].numpy())
+            ids = torch.from_numpy(train_blocks[idx].astype(np.int64))
+            inputs, labels, anchors = masked_batch(ids, tok, args, gen)
+            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            anchors = None if anchors is None else anchors.to(device, non_blocking=True)
+            if world > 1:  # all-reduce the gradients only on the last micro-step
+                model.require_backward_grad_sync = micro == accum - 1
+            with autocast:
+                loss, mlm, tc = compute_loss(model, inputs, labels, anchors, args, dev_gen)
+            scaler.scale(loss / accum).backward()
+            sums += torch.stack([loss, mlm, tc]).detach().float() / accum
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
+        # fp16's scaler handles overflowing gradients itself; any other non-finite value is a fault
+        bad = not torch.isfinite(sums).all().item() or (dtype != "fp16" and not torch.isfinite(grad_norm).item())
+        if all_ranks_max(bad, device):
+            optimizer.zero_grad(set_to_none=True)
+            if not args.skip_nonfinite:
+                raise FloatingPointError(f"non-finite loss or gradient at step {step}; last good checkpoint: "
+                                         f"{last_ckpt or 'none'} (resume with --resume, maybe a lower --lr, "
+                                         f"or pass --skip_nonfinite)")
+            skipped += 1
+        else:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        tokens_seen += args.batch_size * args.max_len
+        done = step + 1
+        if master:
+            loss_v, mlm_v, tc_v = sums.tolist()
+            tok_s = tokens_seen / (time.time() - t0)
+            bar.set_postfix(loss=f"{loss_v:.3f}", mlm=f"{mlm_v:.3f}", tc=f"{tc_v:.3f}", lr=f"{lr:.1e}",
+                            tok_s=f"{tok_s:,.0f}")
+            record = {}
+            if done % args.log_every == 0 or done == args.steps:
+                record = {"step": done, "loss": loss_v, "mlm": mlm_v, "tc": tc_v, "lr": lr,
+                          "tokens_per_s": tok_s, "grad_norm": grad_norm.item(), "skipped": skipped}
+            if n_eval and (done % args.eval_every == 0 or done == args.steps):
+                last_eval = evaluate(raw, eval_blocks, tok, args, device)
+                record = {"step": done, **record, **last_eval}
+            if record:
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            if done % args.save_every == 0 or done == args.steps:
+                last_ckpt = save_checkpoint(args.out, {
+                    "model": raw.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scaler": scaler.state_dict(), "step": done, "skipped": skipped,
+                    "model_config": asdict(cfg), "args": vars(args),
+                    "data_position": {"epoch": done // steps_per_epoch, "batch": done % steps_per_epoch}},
+                    args.keep_last)
+    if master and last_eval:
+        print(f"done: eval MLM loss {last_eval['eval_mlm_loss']:.3f}, acc {last_eval['eval_mlm_acc']:.3f}, "
+              f"contextual score {last_eval['ctx_score']:.3f} (intra {last_eval['ctx_intra']:.3f}, "
+              f"inter {last_eval['ctx_inter']:.3f}); run in {args.out}")
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    args = get_args(argv)
+    try:
+        train(args)
+    except (UsageError, DataError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except FloatingPointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()
