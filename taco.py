@@ -177,7 +177,7 @@ RECIPES = {
 }
 
 # Settings that may change between a run and its --resume without making it another run.
-RESUMABLE = {"resume", "force", "save_every", "eval_every", "log_every", "keep_last",
+RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
              "skip_nonfinite", "compile", "num_proc", "cache_dir", "device", "device_batch_size"}
 
 

@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -380,3 +381,221 @@ def test_lr_schedule():
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0) and lrs[10] == pytest.approx(1.0)
     assert lrs[60] == pytest.approx(0.5) and 0 < lrs[-1] < 0.02
     assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
+
+
+# ----------------------------------------------------------------------------- pre-training end to end
+
+FAST = ["--steps", "16", "--batch_size", "8", "--max_len", "32", "--save_every", "4",
+        "--eval_every", "8", "--eval_blocks", "8", "--log_every", "2", "--keep_last", "10"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory):
+    """One toy corpus and token cache for the whole session (subprocesses inherit it)."""
+    path = str(tmp_path_factory.mktemp("taco_cache"))
+    os.environ["TACO_CACHE"] = path
+    return path
+
+
+def run_taco(argv, capsys=None):
+    """taco.main in-process -> exit code (0 when it returns)."""
+    try:
+        taco.main(argv)
+    except SystemExit as exit:
+        return exit.code
+    return 0
+
+
+def final_weights(out, step=16):
+    return torch.load(os.path.join(out, f"ckpt_{step:08d}.pt"), weights_only=True)["model"]
+
+
+def same_weights(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_short_run_learns_and_writes_its_directory(tmp_path):
+    out = str(tmp_path / "run")
+    assert run_taco(FAST + ["--steps", "40", "--out", out]) == 0
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["args"]["objective"] == "taco" and config["model_config"]["hidden_size"] == 128
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    assert [l["step"] for l in lines][:3] == [2, 4, 6] and lines[-1]["step"] == 40
+    first, last = lines[0], lines[-1]
+    assert last["mlm"] < first["mlm"] - 0.5 and last["tc"] < first["tc"] - 0.5
+    assert {"eval_mlm_loss", "eval_mlm_acc", "ctx_intra", "ctx_inter", "ctx_score", "tokens_per_s",
+            "grad_norm", "lr"} <= last.keys()
+    assert os.path.exists(os.path.join(out, "vocab.txt"))
+    assert taco.latest_checkpoint(out).endswith("ckpt_00000040.pt")
+
+
+def test_resume_is_bit_for_bit(tmp_path):
+    straight, crashed = str(tmp_path / "straight"), str(tmp_path / "crashed")
+    assert run_taco(FAST + ["--out", straight]) == 0
+    shutil.copytree(straight, crashed)  # as if the run had died right after step 8's checkpoint
+    for name in os.listdir(crashed):
+        if name.startswith(("ckpt_00000012", "ckpt_00000016")):
+            os.remove(os.path.join(crashed, name))
+    assert run_taco(FAST + ["--out", crashed, "--resume"]) == 0
+    assert same_weights(final_weights(straight), final_weights(crashed))
+    metrics = lambda d: [json.loads(l)["loss"] for l in open(os.path.join(d, "metrics.jsonl"))]
+    assert metrics(straight) == metrics(crashed)  # no step logged twice or lost
+
+
+def test_objectives_and_ablations_run(tmp_path):
+    for extra in (["--objective", "mlm"], ["--tc_positions", "masked", "--predict_all"],
+                  ["--freeze_embeddings", "--untie_embeddings", "--tc_positions", "unmasked"]):
+        out = str(tmp_path / "_".join(extra))
+        assert run_taco(FAST + ["--steps", "4", "--out", out] + extra) == 0
+    ckpt = final_weights(str(tmp_path / "--freeze_embeddings_--untie_embeddings_--tc_positions_unmasked"), 4)
+    torch.manual_seed(0)  # frozen embeddings stay at their (seeded) initialisation
+    fresh = BertForPreTraining(BertConfig(**json.load(open(os.path.join(
+        str(tmp_path / "--freeze_embeddings_--untie_embeddings_--tc_positions_unmasked"), "config.json")))["model_config"]))
+    assert torch.equal(ckpt["bert.embeddings.word.weight"], fresh.bert.embeddings.word.weight)
+    assert not torch.equal(ckpt["mlm.decoder.weight"], ckpt["bert.embeddings.word.weight"])
+
+
+def test_nonfinite_loss_stops_or_skips(tmp_path, monkeypatch, capsys):
+    real = taco.compute_loss
+    calls = {"n": 0}
+
+    def poisoned(*a, **k):
+        loss, mlm, tc = real(*a, **k)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 6 else loss), mlm, tc
+
+    monkeypatch.setattr(taco, "compute_loss", poisoned)
+    out = str(tmp_path / "nan")
+    assert run_taco(FAST + ["--out", out]) == 3
+    err = capsys.readouterr().err
+    assert "non-finite loss or gradient at step 5" in err and "ckpt_00000004.pt" in err
+    calls["n"] = 0
+    out = str(tmp_path / "skip")
+    assert run_taco(FAST + ["--out", out, "--skip_nonfinite"]) == 0
+    last = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))][-1]
+    assert last["skipped"] == 1 and math.isfinite(last["loss"])
+
+
+BAD_TACO_ARGS = [
+    (["--size", "huge"], "invalid choice"),
+    (["--objective", "bert"], "invalid choice"),
+    (["--max_len", "1024"], "--max_len must be between 8 and 512"),
+    (["--negatives", "0"], "--negatives must be >= 1"),
+    (["--window", "4"], "odd width"),
+    (["--window", "1"], "odd width"),
+    (["--negatives", "500"], "exceeds the 224 tokens"),
+    (["--device_batch_size", "1"], "--device_batch_size must be >= 2"),
+    (["--batch_size", "12", "--device_batch_size", "8"], "not a multiple of --device_batch_size"),
+    (["--data", "/nonexistent/corpus.txt", "--vocab", "toy"], "nonexistent"),
+    (["--vocab", "/nonexistent/vocab.txt"], "nonexistent"),
+    (["--warmup", "100"], "--warmup must be between 0 and --steps"),
+    (["--unknown_flag"], "unrecognized arguments"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD_TACO_ARGS)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
+    out = tmp_path / "run"
+    assert run_taco(FAST + ["--out", str(out)] + extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()  # nothing half-written
+
+
+def test_out_directory_mistakes(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert run_taco(FAST + ["--out", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    assert run_taco(FAST + ["--out", str(empty), "--resume"]) == 2
+    assert "no valid checkpoint" in capsys.readouterr().err
+    run = str(tmp_path / "run")
+    assert run_taco(FAST + ["--steps", "4", "--out", run]) == 0
+    before = open(os.path.join(run, "metrics.jsonl")).read()
+    assert run_taco(FAST + ["--steps", "4", "--out", run]) == 2  # never overwrite silently
+    assert "already holds a run" in capsys.readouterr().err
+    assert open(os.path.join(run, "metrics.jsonl")).read() == before
+    assert run_taco(FAST + ["--steps", "4", "--out", run, "--resume", "--lr", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "differ from the run" in err and ": lr;" in err
+    os.chmod(tmp_path, 0o500)
+    try:
+        if os.geteuid() != 0:  # root writes anywhere: the check cannot be exercised as root
+            assert run_taco(FAST + ["--out", str(tmp_path / "new")]) == 2
+    finally:
+        os.chmod(tmp_path, 0o700)
+
+
+def test_corrupted_checkpoint_falls_back(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert run_taco(FAST + ["--steps", "8", "--out", run]) == 0
+    newest = os.path.join(run, "ckpt_00000008.pt")
+    with open(newest, "r+b") as f:  # flip a byte in the middle
+        f.seek(os.path.getsize(newest) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert taco.latest_checkpoint(run).endswith("ckpt_00000004.pt")
+    assert "checksum mismatch" in capsys.readouterr().err
+    with open(os.path.join(run, "ckpt_00000004.pt"), "r+b") as f:
+        f.truncate(100)
+    assert taco.latest_checkpoint(run) is None or not taco.latest_checkpoint(run).endswith("4.pt")
+    with pytest.raises(taco.UsageError, match="invalid"):
+        taco.load_checkpoint(os.path.join(run, "ckpt_00000004.pt"))
+
+
+def test_keep_last_rotation(tmp_path):
+    run = str(tmp_path / "run")
+    assert run_taco(FAST + ["--out", run, "--keep_last", "2"]) == 0
+    assert sorted(n for n in os.listdir(run) if n.startswith("ckpt_")) == [
+        "ckpt_00000012.json", "ckpt_00000012.pt", "ckpt_00000016.json", "ckpt_00000016.pt"]
+
+
+def taco_cmd(*args):
+    return [sys.executable, os.path.join(HERE, "taco.py"), *FAST, *args]
+
+
+def torchrun_cmd(*args, restarts=0):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            f"--max_restarts={restarts}", os.path.join(HERE, "taco.py"), *FAST, "--device", "cpu", *args]
+
+
+def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
+    """SIGKILL a real training process several times (saves every step), resume each time."""
+    import random
+    import time
+    straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
+    common = ["--save_every", "1", "--keep_last", "2"]
+    subprocess.run(taco_cmd("--out", straight, *common), check=True, capture_output=True)
+    rng = random.Random(0)
+    for attempt in range(3):
+        resume = ["--resume"] if taco.latest_checkpoint(killed) else ["--force"]
+        proc = subprocess.Popen(taco_cmd("--out", killed, *common, *resume),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while not taco.list_checkpoints(killed) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)  # wait until training has started
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.kill()
+        proc.wait()
+    assert taco.latest_checkpoint(killed) is not None
+    done = subprocess.run(taco_cmd("--out", killed, *common, "--resume"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert same_weights(final_weights(straight), final_weights(killed))
+
+
+def test_torchrun_two_processes_and_restart_after_a_crash(tmp_path):
+    """DDP on 2 CPU processes (gloo); a worker crashing at step 6 is restarted by torchrun,
+    resumes from the step-4 checkpoint, and ends with the weights of an uninterrupted run."""
+    straight, crashed = str(tmp_path / "straight"), str(tmp_path / "crashed")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(torchrun_cmd("--out", straight), env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert taco.latest_checkpoint(straight).endswith("ckpt_00000016.pt")
+    assert json.load(open(os.path.join(straight, "config.json")))["world_size"] == 2
+    env.update(TACO_TEST_CRASH_STEP="6", TACO_TEST_CRASH_RANK="1")
+    r = subprocess.run(torchrun_cmd("--out", crashed, restarts=1), env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed at step 4" in r.stdout
+    assert same_weights(final_weights(straight), final_weights(crashed))
