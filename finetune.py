@@ -439,7 +439,8 @@ def get_args(argv=None):
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint "
                    "file, or Hugging Face BERT directory (config.json, weights, vocab.txt)")
     # optimisation: the plural flags give a grid of comma-separated values
-    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate")
+    p.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate; None: 2e-5 for hidden size >= 512 (small, base, large), else 5e-4")
     p.add_argument("--lrs", type=floats, default=None, help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
     p.add_argument("--batch_size", type=int, default=32, help="global batch size")
     p.add_argument("--batch_sizes", type=ints, default=None, help="grid of batch sizes, e.g. 16,32")
@@ -469,13 +470,15 @@ def finetune(args):
     for name in names:
         if name.lower().replace("-", "") not in TASKS:  # "SST-2" -> "sst2"
             raise FinetuneError(f"unknown task {name!r}; choose from {', '.join(TASKS)} or --tasks all")
+    if args.warmup < 0 or args.warmup >= 1 and args.warmup != int(args.warmup):
+        raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
+    config, weights, vocab, args.source = load_pretrained(args.model)
+    if args.lr is None:  # narrow models (tiny, mini) need larger steps than BERT-small/base
+        args.lr = 2e-5 if config.hidden_size >= 512 else 5e-4
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
     if any(bs % args.world for _, bs, _, _ in grid):
         raise FinetuneError(f"batch sizes must be multiples of the number of processes, {args.world}")
-    if args.warmup < 0 or args.warmup >= 1 and args.warmup != int(args.warmup):
-        raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
-    config, weights, vocab, args.source = load_pretrained(args.model)
     if not 4 <= args.max_len <= config.max_position_embeddings:
         raise FinetuneError(f"--max_len {args.max_len}: give 4 to {config.max_position_embeddings}")
     tok = load_tokenizer(vocab)

@@ -517,7 +517,12 @@ def train(args):
     start, skipped = 0, 0
     if resuming:
         ckpt = load_checkpoint(resume_from)
-        raw.load_state_dict(ckpt["model"])
+        try:
+            raw.load_state_dict(ckpt["model"])
+        except RuntimeError as err:
+            raise UsageError(f"{resume_from} holds another model ({ckpt['model_config']['hidden_size']} hidden, "
+                             f"{ckpt['model_config']['num_hidden_layers']} layers) than --size {args.size}; "
+                             f"resume with its settings or start a new --out") from err
         optimizer.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
         start, skipped = ckpt["step"], ckpt.get("skipped", 0)

@@ -527,6 +527,24 @@ def test_out_directory_mistakes(tmp_path, capsys):
         os.chmod(tmp_path, 0o700)
 
 
+def test_bad_files_are_one_line_and_exit_2(tmp_path, capsys):
+    empty, binary, vocab = tmp_path / "empty.txt", tmp_path / "binary.txt", tmp_path / "vocab.txt"
+    empty.write_text("")
+    binary.write_bytes(b"\x00\x01\x02" * 1000)
+    vocab.write_text("hello\nworld\n")
+    for extra, message in [(["--data", str(empty), "--vocab", "toy"], "empty"),
+                           (["--data", str(binary), "--vocab", "toy"], "binary"),
+                           (["--vocab", str(vocab)], "[PAD]")]:
+        assert run_taco(FAST + ["--out", str(tmp_path / "run")] + extra) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "run").exists()
+    run = str(tmp_path / "sized")
+    assert run_taco(FAST + ["--steps", "4", "--out", run]) == 0
+    assert run_taco(FAST + ["--steps", "4", "--out", run, "--resume", "--force", "--size", "mini"]) == 2
+    assert "holds another model" in capsys.readouterr().err
+
+
 def test_corrupted_checkpoint_falls_back(tmp_path, capsys):
     run = str(tmp_path / "run")
     assert run_taco(FAST + ["--steps", "8", "--out", run]) == 0
