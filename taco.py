@@ -181,9 +181,15 @@ RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", 
              "skip_nonfinite", "compile", "num_proc", "cache_dir", "device", "device_batch_size"}
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show a flag's default unless it is None/False (those helps say what happens)."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default in (None, False) else super()._get_help_string(action)
+
+
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description="TACO / MLM pre-training of BERT.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
     # model and objective
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
     p.add_argument("--objective", default="taco", choices=["taco", "mlm"], help="taco = MLM + TC; mlm = the baseline")
