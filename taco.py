@@ -396,7 +396,12 @@ def setup_distributed(device_arg):
     rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    # torchrun restarts workers against the same key-value store, which still holds the
+    # dead workers' addresses; a prefix per attempt keeps the new ones from reading them.
+    store, _, _ = next(dist.rendezvous("env://"))
+    store = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo",
+                            store=store, rank=rank, world_size=world)
     return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
 
 
@@ -544,7 +549,7 @@ def train(args):
                        "eval_blocks": n_eval, "parameters": sum(p.numel() for p in raw.parameters())},
                       f, indent=2)
         shutil.copyfile(tok.vocab_file, os.path.join(args.out, "vocab.txt"))
-        if resuming:  # drop lines logged after the checkpoint: they will be logged again
+        if resuming and os.path.exists(metrics_path):  # drop lines logged after the checkpoint
             with open(metrics_path) as f:
                 kept = [l for l in f if json.loads(l)["step"] <= start]
             with open(metrics_path, "w") as f:
