@@ -120,14 +120,38 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
         g = h.float() - e.float()  # (B, T, H)
         z = F.normalize(g, dim=-1).reshape(B * T, H)  # cosine = dot product of unit vectors
         a = z[anchors.reshape(-1)]  # (N, H) anchors: the only side that receives gradient
+        cols = torch.cat([pos[anchors][:, None], neg[anchors]], dim=1)  # (N, 1+K), positive first
         # Positives and negatives are detached, as in the official code: they are targets
         # the anchor moves towards / away from, not representations to be moved themselves.
-        p = z.detach()[pos[anchors]]  # (N, H)
-        n = z.detach()[neg[anchors]]  # (N, K, H)
-        logits = torch.cat([torch.einsum("nh,nh->n", a, p)[:, None],
-                            torch.einsum("nh,nkh->nk", a, n)], dim=1) / temperature  # (N, 1+K)
+        logits = SampledCosines.apply(a, z.detach(), cols) / temperature  # (N, 1+K)
         target = torch.zeros(len(a), dtype=torch.long, device=h.device)  # positive at index 0
         return F.cross_entropy(logits, target)
+
+
+class SampledCosines(torch.autograd.Function):
+    """out[n, j] = a[n] . z[cols[n, j]]: each anchor against its positive and K negatives.
+
+    The plain form, einsum("nh,njh->nj", a, z[cols]), writes and reads back an (N, 1+K, H)
+    copy of z (210 MB for BERT-small at 16 x 128) and keeps it for the backward. Here the
+    forward multiplies the anchors with *every* token of the batch, a chunk of anchors at a
+    time, and picks the sampled entries; the backward, d/da[n] = sum_j grad[n, j] z[cols[n, j]],
+    is a weighted sum of rows of z (embedding_bag). Nothing of size N*K*H is ever built.
+    Equal to the plain form to float rounding (test_speed.py); z must be detached.
+    """
+
+    @staticmethod
+    def forward(ctx, a, z, cols):
+        if ctx.needs_input_grad[1]:
+            raise ValueError("SampledCosines gives no gradient to z: pass z.detach()")
+        ctx.save_for_backward(z, cols)
+        step = max(1, 2 ** 22 // len(z))  # anchors per chunk: <= 4M similarities (16 MB) at once
+        return torch.cat([(rows @ z.T).gather(1, idx) for rows, idx in zip(a.split(step), cols.split(step))])
+
+    @staticmethod
+    def backward(ctx, grad):
+        z, cols = ctx.saved_tensors
+        with torch.autocast(z.device.type, enabled=False):  # backward runs under the caller's autocast
+            return F.embedding_bag(cols, z, per_sample_weights=grad.to(z.dtype), mode="sum"), None, None
 
 
 # ----------------------------------------------------------------------------- the contextual score

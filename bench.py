@@ -1,0 +1,269 @@
+"""Speed of one training step, side by side: taco against Hugging Face's BertForMaskedLM.
+
+    python bench.py --threads 2                      # CPU: BERT-small, 16 x 128, fp32 (BENCH.md)
+    python bench.py --size tiny --batch_size 32 --threads 2
+    python bench.py --size base --max_len 256 --batch_size 32 --dtype bf16   # one GPU
+    python bench.py --compile                        # torch.compile every model
+
+Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
+taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
+tokens masked by data.mask_tokens.
+    taco-mlm  taco's BertForPreTraining: MLM logits only at the masked rows
+    taco-tc   the same + taco's TC loss (window 5, K 50, tau 0.07): TACO
+    hf-mlm    transformers.BertForMaskedLM (sdpa): logits over the vocabulary at every token
+    hf-tc     the same + the TC loss in the plain form users bolt on: gather (N, K, H)
+Variants alternate step by step (A B C D A B C D ...) and the table shows medians, so the
+machine's drift cancels. "peak MB" is what two steps add on top of the weights (gradients,
+AdamW state, activations, temporaries): the CUDA allocator's peak, or on CPU the peak RSS
+of a fresh process per variant. "saved MB" is what autograd keeps for the backward. MFU
+(CUDA only) counts the same useful FLOPs for every variant (encoder + MLM head at the
+masked rows) against the device's dense bf16 peak. The last two lines are machine-readable:
+    speedup_vs_hf: taco-mlm tokens/s / hf-mlm tokens/s
+    tc_overhead:   taco-tc step time / taco-mlm step time
+"""
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+from data import mask_tokens
+from model import BertConfig, BertForPreTraining
+from taco import compute_loss, configure_optimizer, sample_negatives, sample_positives
+
+VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
+# Dense bf16 peak FLOP/s by device name, for MFU.
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "GH200": 989e12, "B200": 2250e12,
+             "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--size", default="small", help="model size (tiny, mini, small, medium, base, large)")
+    p.add_argument("--batch_size", type=int, default=16, help="sequences per step")
+    p.add_argument("--max_len", type=int, default=128, help="tokens per sequence")
+    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
+                   help="autocast precision (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per variant")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure peak memory (on CPU: one fresh process per variant)")
+    p.add_argument("--peak_tflops", type=float, default=None, help="device bf16 peak for MFU (default: by name)")
+    p.add_argument("--probe", default=None, help="internal: print the memory of this one variant and exit")
+    args = p.parse_args(argv)
+    args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" else "fp32")
+    args.variants = args.variants.split(",")
+    if unknown := set(args.variants) - set(VARIANTS):
+        p.error(f"unknown variants {sorted(unknown)}")
+    return args
+
+
+def plain_tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
+                  generator=None, positions=None):
+    """taco.tc_loss in the compact form of the official code, as users bolt it onto another
+    model: normalise, gather the positives (N, H) and negatives (N, K, H), two einsums, CE.
+    The same samplers, so the same value; test_speed.py's reference for the fast form."""
+    B, T, H = h.shape
+    real = torch.ones(B, T, dtype=torch.bool, device=h.device) if attention_mask is None else attention_mask.bool()
+    pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)
+    anchors = real & (real.sum(1, keepdim=True) >= 2)
+    if positions is not None:
+        anchors &= positions.bool()
+    with torch.autocast(h.device.type, enabled=False):
+        z = F.normalize(h.float() - e.float(), dim=-1).reshape(B * T, H)
+        a, p, n = z[anchors.reshape(-1)], z.detach()[pos[anchors]], z.detach()[neg[anchors]]  # (N, [K,] H)
+        logits = torch.cat([torch.einsum("nh,nh->n", a, p)[:, None], torch.einsum("nh,nkh->nk", a, n)], 1)
+        return F.cross_entropy(logits / temperature, torch.zeros(len(a), dtype=torch.long, device=h.device))
+
+
+def make_batch(args):
+    """Random bert-base-uncased ids: [CLS] ... [SEP], 15% masked (80/10/10)."""
+    tok = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(999, tok.vocab_size, (args.batch_size, args.max_len), generator=gen)
+    ids[:, 0], ids[:, -1] = 101, 102
+    inputs, labels = mask_tokens(ids, tok, 0.15, gen)
+    return inputs.to(args.device), labels.to(args.device)
+
+
+def make_step(name, args, cfg, inputs, labels):
+    """-> (step(seed), model): one full training step of the variant."""
+    torch.manual_seed(0)
+    if name.startswith("taco"):
+        model = BertForPreTraining(cfg)
+    else:
+        import transformers
+        hf_cfg = transformers.BertConfig(attn_implementation="sdpa", **{
+            k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                         "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                                         "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")})
+        model = transformers.BertForMaskedLM(hf_cfg)
+    model = model.to(args.device).train()
+    opt_args = SimpleNamespace(lr=1e-4, weight_decay=0.01, objective="taco" if name.endswith("tc") else "mlm",
+                               tc_weight=1.0, window=5, negatives=50, temperature=0.07)
+    optimizer = configure_optimizer(model, opt_args, args.device.type)
+    scaler = torch.amp.GradScaler(args.device.type, enabled=args.dtype == "fp16")
+    run = torch.compile(model) if args.compile else model
+    amp = torch.autocast(args.device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype),
+                         enabled=args.dtype != "fp32")
+
+    def step(seed):
+        gen = torch.Generator(args.device).manual_seed(seed)
+        with amp:
+            if name.startswith("taco"):
+                loss = compute_loss(run, inputs, labels, None, opt_args, gen)[0]
+            else:
+                out = run(input_ids=inputs, labels=labels, output_hidden_states=name == "hf-tc")
+                loss = out.loss if name == "hf-mlm" else out.loss + plain_tc_loss(
+                    out.hidden_states[-1], out.hidden_states[0], generator=gen)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    return step, model
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def saved_bytes(step, model):
+    """Bytes autograd keeps for the backward in one step (parameters excluded)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step(0)
+    return sum(seen.values())
+
+
+def memory(name, args, cfg, inputs, labels):
+    """Peak bytes that two training steps add on top of the weights (gradients, AdamW state,
+    activations, temporaries): from the CUDA allocator, or on CPU (run in a fresh process)
+    from the peak RSS. A step of a tiny model first does the lazy imports and set-up."""
+    tiny = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    make_step(name, args, tiny, inputs[:2, :16].contiguous(), labels[:2, :16].contiguous())[0](0)
+    step, _ = make_step(name, args, cfg, inputs, labels)
+    cuda = args.device.type == "cuda"
+    if cuda:
+        sync(args.device)
+        torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated() if cuda else rss("VmRSS")
+    step(0)
+    step(1)
+    sync(args.device)
+    return (torch.cuda.max_memory_allocated() if cuda else rss("VmHWM")) - before
+
+
+def rss(field):
+    """VmRSS (now) or VmHWM (peak) of this process in bytes. Not ru_maxrss: that one carries
+    over the parent's peak through exec."""
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
+
+
+def model_flops(cfg, tokens, masked, T):
+    """Useful FLOPs of a step (forward + backward = 3x forward): encoder matmuls, attention,
+    and the MLM head at the masked rows only."""
+    L, H, V = cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
+    return 6 * tokens * L * 12 * H * H + 12 * tokens * L * T * H + 6 * masked * (H * H + H * V)
+
+
+def device_name(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "cpu"
+
+
+def main(argv=None):
+    args = get_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = BertConfig.from_size(args.size)
+    inputs, labels = make_batch(args)
+    if args.probe:  # a fresh process measuring one variant's CPU memory
+        print(memory(args.probe, args, cfg, inputs, labels))
+        return
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+        print("note: transformers is not installed; the hf-* variants are skipped")
+        args.variants = [v for v in args.variants if not v.startswith("hf")]
+    steps, times, saved = {}, {v: [] for v in args.variants}, {}
+    for v in args.variants:
+        steps[v], model = make_step(v, args, cfg, inputs, labels)
+        if not args.compile:  # saved-tensor hooks and torch.compile do not mix
+            saved[v] = saved_bytes(steps[v], model)
+        for i in range(args.warmup):
+            steps[v](i)
+    for i in range(args.steps):  # A B C D A B C D ...: drift hits every variant alike
+        for v in args.variants:
+            sync(args.device)
+            t0 = time.perf_counter()
+            steps[v](i)
+            sync(args.device)
+            times[v].append(time.perf_counter() - t0)
+    peak = {}
+    if args.memory and (args.device.type == "cuda" or os.path.exists("/proc/self/status")):
+        for v in args.variants:
+            if args.device.type == "cuda":
+                peak[v] = memory(v, args, cfg, inputs, labels)
+            else:
+                cmd = [sys.executable, os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:]),
+                       "--probe", v]
+                peak[v] = int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
+
+    tokens, med = args.batch_size * args.max_len, {v: statistics.median(t) for v, t in times.items()}
+    name = device_name(args.device)
+    peak_flops = args.peak_tflops * 1e12 if args.peak_tflops else next(
+        (f for k, f in PEAK_BF16.items() if k in name), None)
+    flops = model_flops(cfg, tokens, int((labels != -100).sum()), args.max_len)
+    threads = f", {torch.get_num_threads()} threads" if args.device.type == "cpu" else ""
+    print(f"{args.size} (L{cfg.num_hidden_layers} H{cfg.hidden_size} A{cfg.num_attention_heads}), batch "
+          f"{args.batch_size} x {args.max_len}, {args.dtype}{', compiled' if args.compile else ''} | {name}{threads} | "
+          f"torch {torch.__version__}{f', transformers {transformers.__version__}' if transformers else ''} | "
+          f"median of {args.steps} alternating steps\n")
+    print("| variant | step ms | tokens/s | vs hf-mlm | peak MB | saved MB | MFU |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for v in args.variants:
+        vs_hf = f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-"
+        mfu = ("n/a (no GPU)" if args.device.type == "cpu" else "n/a (unknown peak)" if not peak_flops
+               else f"{flops / med[v] / peak_flops:.1%}")
+        mb = [f"{d[v] / 2**20:,.0f}" if v in d else "-" for d in (peak, saved)]
+        print(f"| {v} | {med[v] * 1e3:.0f} | {tokens / med[v]:,.0f} | {vs_hf} | {mb[0]} | {mb[1]} | {mfu} |")
+
+    def ratio(a, b):
+        return med[a] / med[b] if a in med and b in med else float("nan")
+    print(f"\nTC step / MLM step: taco {ratio('taco-tc', 'taco-mlm'):.3f}, Hugging Face + plain TC "
+          f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
+    print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
+    print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
+
+
+if __name__ == "__main__":
+    main()

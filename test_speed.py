@@ -1,0 +1,127 @@
+"""Fast paths equal their plain versions; bench.py runs. python -m pytest -q test_speed.py"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bench
+from model import BertConfig, BertForPreTraining, dropout
+from taco import SampledCosines, tc_loss
+
+
+def states(B, T, H, seed=0):
+    torch.manual_seed(seed)
+    return torch.randn(B, T, H, requires_grad=True), torch.randn(B, T, H, requires_grad=True)
+
+
+def loss_and_grads(fn, h, e, mask, positions, window, K, tau, seed, dtype=None):
+    h.grad = e.grad = None
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        loss = fn(h, e, mask, window, K, tau, torch.Generator().manual_seed(seed), positions)
+    loss.backward()  # outside autocast, as in taco.train
+    return loss.detach(), h.grad.clone(), e.grad.clone()
+
+
+@pytest.mark.parametrize("case", ["dense", "padding", "positions", "padding+positions", "many chunks", "K=1 W=3"])
+def test_tc_loss_equals_plain_form(case):
+    """Same generator seed -> same sampled positives and negatives -> same loss and gradients."""
+    B, T, H, K, W, tau = 5, 24, 32, 20, 5, 0.07
+    if case == "many chunks":  # 2^22 // (B*T) anchors per chunk: several chunks
+        B, T, H = 16, 160, 8
+    if case == "K=1 W=3":
+        K, W, tau = 1, 3, 0.5
+    h, e = states(B, T, H)
+    mask = positions = None
+    if "padding" in case:
+        mask = torch.ones(B, T, dtype=torch.long)
+        for b, n in enumerate([24, 3, 11, 1, 17]):  # one sequence with a single token: no anchor
+            mask[b, n:] = 0
+    if "positions" in case:
+        positions = torch.rand(B, T, generator=torch.Generator().manual_seed(1)) < 0.3
+    for seed in range(3):
+        fast = loss_and_grads(tc_loss, h, e, mask, positions, W, K, tau, seed)
+        plain = loss_and_grads(bench.plain_tc_loss, h, e, mask, positions, W, K, tau, seed)
+        for f, p in zip(fast, plain):
+            torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-5)
+        assert fast[1].abs().sum() > 0
+
+
+def test_tc_loss_equals_plain_form_under_autocast():
+    h, e = states(4, 16, 32)
+    fast = loss_and_grads(tc_loss, h, e, None, None, 5, 10, 0.07, 0, torch.bfloat16)
+    plain = loss_and_grads(bench.plain_tc_loss, h, e, None, None, 5, 10, 0.07, 0, torch.bfloat16)
+    assert fast[0].dtype == torch.float32
+    for f, p in zip(fast, plain):
+        torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-5)
+
+
+def test_sampled_cosines_gradcheck():
+    torch.manual_seed(0)
+    a = torch.randn(7, 5, dtype=torch.double, requires_grad=True)
+    z = torch.randn(12, 5, dtype=torch.double)
+    cols = torch.randint(0, 12, (7, 4))
+    cols[0] = cols[0, 0]  # the same row drawn several times
+    assert torch.autograd.gradcheck(lambda a: SampledCosines.apply(a, z, cols), (a,))
+    torch.testing.assert_close(SampledCosines.apply(a, z, cols), torch.einsum("nh,njh->nj", a, z[cols]))
+    with pytest.raises(ValueError, match="detach"):  # it would silently drop z's gradient
+        SampledCosines.apply(a, z.clone().requires_grad_(), cols)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_is_berts_dropout(p):
+    """Same contract as F.dropout: P(zero) = p, the rest scaled by 1 / (1 - p), gradient alike."""
+    x = torch.rand(1000, 1000) + 1.0  # never 0, so every zero was dropped
+    x.requires_grad_(True)
+    torch.manual_seed(0)
+    y = dropout(x, p, True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / x.numel()) ** 0.5
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    assert abs(F.dropout(x, p, True).ne(0).float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / x.numel()) ** 0.5
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x, p, True), y)  # reproducible from the seed, as exact resume needs
+    assert dropout(x, p, False) is x and dropout(x, 0.0, True) is x
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_cpu_attention_path_equals_sdpa(padding, monkeypatch):
+    """The written-out attention used for CPU training gives SDPA's values and gradients."""
+    cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=1e-12)
+    torch.manual_seed(0)
+    model = BertForPreTraining(cfg)  # a dropout that keeps everything: train and eval agree
+    ids = torch.randint(5, 97, (3, 20))
+    mask = torch.ones(3, 20, dtype=torch.long)
+    if padding:
+        mask[1, 7:] = 0
+        mask[2, 1:] = 0
+
+    def run(train):
+        model.train(train)
+        model.zero_grad()
+        h, _ = model.bert(ids, mask if padding else None)
+        (h * torch.linspace(-1, 1, h.numel()).view_as(h)).sum().backward()
+        return h.detach(), [p.grad.clone() for p in model.bert.layers.parameters()]
+    h_sdpa, g_sdpa = run(False)
+
+    def no_sdpa(*a, **k):
+        raise AssertionError("SDPA used in CPU training")
+    monkeypatch.setattr(F, "scaled_dot_product_attention", no_sdpa)
+    h_fast, g_fast = run(True)
+    torch.testing.assert_close(h_fast, h_sdpa, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_fast, g_sdpa):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_bench_prints_table_and_machine_readable_lines(capsys):
+    pytest.importorskip("transformers")
+    bench.main(["--size", "tiny", "--batch_size", "2", "--max_len", "16", "--steps", "1", "--warmup", "0",
+                "--threads", "1", "--device", "cpu"])
+    out = capsys.readouterr().out.strip().splitlines()
+    rows = [line for line in out if line.startswith("| ") and "---" not in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["variant"] + bench.VARIANTS
+    assert all(float(r.split("|")[5].replace(",", "")) > 0 for r in rows[1:])  # peak MB measured
+    name, value = out[-2].split(": ")
+    assert name == "speedup_vs_hf" and float(value) > 0
+    name, value = out[-1].split(": ")
+    assert name == "tc_overhead" and float(value) > 0
