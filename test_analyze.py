@@ -1,0 +1,242 @@
+"""Tests for analyze.py and study.py: python -m pytest -q test_analyze.py"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import analyze
+import study
+from finetune import spearman
+from model import BertConfig, BertForPreTraining
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def taco_cache(tmp_path_factory):
+    """Toy corpus and token cache in a temp dir, for this process and its subprocesses."""
+    old = os.environ.get("TACO_CACHE")
+    os.environ["TACO_CACHE"] = str(tmp_path_factory.mktemp("taco_cache"))
+    yield os.environ["TACO_CACHE"]
+    if old is None:
+        del os.environ["TACO_CACHE"]
+    else:
+        os.environ["TACO_CACHE"] = old
+
+
+class FixedStates(nn.Module):
+    """An 'encoder' with given last-layer states: a batch's ids[:, 0] are rows of `states`."""
+
+    def __init__(self, states):
+        super().__init__()
+        self.states = states
+
+    def forward(self, ids, attention_mask=None):
+        return self.states[ids[:, 0]], None
+
+
+def as_batches(states, sizes):
+    """Row indices of `states` cut into batches of the given sizes, shaped like token ids."""
+    T, out, start = states.shape[1], [], 0
+    for n in sizes:
+        out.append(torch.arange(start, start + n)[:, None].expand(n, T))
+        start += n
+    return out
+
+
+def brute_force(states, sizes):
+    """Intra / inter means of cosine, L1 and L2 with a loop over every ordered pair of tokens."""
+    sums = {m: {"intra": [0.0, 0], "inter": [0.0, 0]} for m in ("cosine", "l1", "l2")}
+    start = 0
+    for n in sizes:
+        toks = [(b, t) for b in range(start, start + n) for t in range(states.shape[1])]
+        for i, (b1, t1) in enumerate(toks):
+            for j, (b2, t2) in enumerate(toks):
+                if i == j:
+                    continue
+                x, y = states[b1, t1].double(), states[b2, t2].double()
+                kind = "intra" if b1 == b2 else "inter"
+                for m, v in (("cosine", F.cosine_similarity(x, y, dim=0)), ("l1", (x - y).abs().sum()),
+                             ("l2", (x - y).norm())):
+                    sums[m][kind][0] += v.item()
+                    sums[m][kind][1] += 1
+        start += n
+    return {m: {k: s / n for k, (s, n) in d.items()} for m, d in sums.items()}
+
+
+# ----------------------------------------------------------------------------- contextual score
+
+def test_identical_vectors_within_a_sequence():
+    torch.manual_seed(0)
+    per_seq = torch.randn(4, 1, 8)
+    states = per_seq.expand(4, 5, 8).clone()  # every token of a sequence has the same state
+    res = analyze.context_scores(FixedStates(states), as_batches(states, [4]), ("cosine", "l1", "l2"))
+    assert res["cosine"]["intra"] == pytest.approx(1.0, abs=1e-6)
+    assert res["l1"]["intra"] == pytest.approx(0.0, abs=1e-9)
+    assert res["l2"]["intra"] == pytest.approx(0.0, abs=1e-9)
+    assert res["cosine"]["inter"] < 1.0 and res["cosine"]["score"] > 0 and res["l2"]["score"] > 0
+
+
+def test_cosine_l1_l2_match_brute_force():
+    """Cosine is taco.contextual_score; L1 / L2 are ours: both equal a loop over all pairs,
+    pooled over batches of different sizes."""
+    torch.manual_seed(1)
+    states, sizes = torch.randn(5, 4, 6), [3, 2]
+    res = analyze.context_scores(FixedStates(states), as_batches(states, sizes), ("cosine", "l1", "l2"))
+    ref = brute_force(states, sizes)
+    for m in ("cosine", "l1", "l2"):
+        for k in ("intra", "inter"):
+            assert res[m][k] == pytest.approx(ref[m][k], rel=1e-5, abs=1e-6), (m, k)
+    assert res["cosine"]["score"] == pytest.approx(ref["cosine"]["intra"] - ref["cosine"]["inter"], abs=1e-6)
+    assert res["l2"]["score"] == pytest.approx(ref["l2"]["inter"] - ref["l2"]["intra"], rel=1e-5)
+
+
+def test_distance_score_ignores_padding():
+    torch.manual_seed(2)
+    h = torch.randn(3, 5, 4)
+    real = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    got = analyze.distance_score(h, real, 2)
+    intra = inter = 0.0
+    n_intra = n_inter = 0
+    toks = [(b, t) for b in range(3) for t in range(5) if real[b, t]]
+    for b1, t1 in toks:
+        for b2, t2 in toks:
+            if (b1, t1) != (b2, t2):
+                d = (h[b1, t1] - h[b2, t2]).double().norm().item()
+                if b1 == b2:
+                    intra, n_intra = intra + d, n_intra + 1
+                else:
+                    inter, n_inter = inter + d, n_inter + 1
+    assert got["intra_n"] == n_intra and got["inter_n"] == n_inter
+    assert got["intra_sum"] == pytest.approx(intra) and got["inter_sum"] == pytest.approx(inter)
+
+
+# ----------------------------------------------------------------------------- word similarity
+
+@pytest.fixture
+def small_vocab(tmp_path):
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat", "dog", "car", "bus", "light", "##house", "tree"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(words) + "\n")
+    return analyze.load_tokenizer(str(path))
+
+
+def test_read_pairs_comments_header_and_separators(tmp_path):
+    path = tmp_path / "ws.tsv"
+    path.write_text("# a comment\nWord 1\tWord 2\tHuman (mean)\n\ncat\tdog\t7.5\n  # indented comment\ncar,bus,6\n")
+    assert analyze.read_pairs(str(path)) == [("cat", "dog", 7.5), ("car", "bus", 6.0)]
+
+
+def test_word_similarity_skips_and_counts(small_vocab):
+    emb = torch.randn(small_vocab.vocab_size, 4)
+    pairs = [("cat", "dog", 9.0), ("Car", "bus", 8.0),  # capitals are lowercased, as the tokenizer does
+             ("lighthouse", "tree", 5.0),  # two word pieces: not one embedding
+             ("cat", "zebra", 3.0), ("tree", "dog", 1.0)]  # zebra is [UNK]
+    res = analyze.word_similarity(emb, small_vocab, pairs)
+    assert (res["pairs"], res["used"], res["skipped"]) == (5, 3, 2)
+
+
+def test_spearman_of_a_monotone_relation_is_one(small_vocab):
+    """Embeddings at growing angles from 'cat': cosine falls as the human score falls."""
+    emb = torch.zeros(small_vocab.vocab_size, 2)
+    others = ["dog", "car", "bus", "tree", "light"]
+    emb[small_vocab.vocab["cat"]] = torch.tensor([1.0, 0.0])
+    for k, w in enumerate(others):
+        angle = 0.3 * (k + 1)
+        emb[small_vocab.vocab[w]] = torch.tensor([torch.cos(torch.tensor(angle)), torch.sin(torch.tensor(angle))]) * (k + 1)
+    pairs = [("cat", w, 10.0 - k) for k, w in enumerate(others)]
+    res = analyze.word_similarity(emb, small_vocab, pairs)
+    assert res["spearman"] == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [10, 20, 35, 100]) == pytest.approx(1.0)
+    assert analyze.word_similarity(emb, small_vocab, [(a, b, -s) for a, b, s in pairs])["spearman"] == pytest.approx(-1.0)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def run_analyze(*args):
+    return subprocess.run([sys.executable, os.path.join(HERE, "analyze.py"), *args],
+                          capture_output=True, text=True, cwd=HERE, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def hf_model(tmp_path_factory):
+    """A tiny random BERT saved as a Hugging Face directory with the toy vocab."""
+    tok = analyze.load_tokenizer("toy")
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
+    path = tmp_path_factory.mktemp("hf")
+    model.save_pretrained(str(path), vocab_file=tok.vocab_file)
+    return str(path)
+
+
+def test_cli_analyzes_a_hugging_face_directory(hf_model, tmp_path):
+    out = tmp_path / "a.json"
+    r = run_analyze("--model", hf_model, "--max_len", "32", "--eval_blocks", "8", "--batch_size", "4",
+                    "--metrics", "cosine,l2", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert set(res["context"]) == {"cosine", "l2"} and res["blocks"] == 8
+    assert res["wordsim"]["used"] + res["wordsim"]["skipped"] == res["wordsim"]["pairs"] > 0
+    assert "contextual score" in r.stdout and "Spearman" in r.stdout
+
+
+@pytest.mark.parametrize("case", ["missing model", "missing pairs", "empty pairs", "malformed pairs",
+                                  "unknown metric", "json folder missing", "no single-token pairs"])
+def test_cli_bad_input_is_one_line_exit_2(case, hf_model, tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    out = tmp_path / "a.json"
+    args = ["--model", hf_model, "--max_len", "32", "--eval_blocks", "8", "--json", str(out)]
+    if case == "missing model":
+        args[1] = str(tmp_path / "no_such_run")
+    elif case == "missing pairs":
+        args += ["--pairs", str(tmp_path / "nope.tsv")]
+    elif case == "empty pairs":
+        pairs.write_text("# only a comment\n\n")
+        args += ["--pairs", str(pairs)]
+    elif case == "malformed pairs":
+        pairs.write_text("dog\tcow\t8.0\ndog\tcow\tvery\n")
+        args += ["--pairs", str(pairs)]
+    elif case == "unknown metric":
+        args += ["--metrics", "cosine,euclid"]
+    elif case == "json folder missing":
+        args[-1] = str(tmp_path / "no_dir" / "a.json")
+    else:
+        pairs.write_text("xylophone\tquasar\t5\n")
+        args += ["--pairs", str(pairs)]
+    r = run_analyze(*args)
+    assert r.returncode == 2, (case, r.stdout, r.stderr)
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
+
+
+# ----------------------------------------------------------------------------- the study driver
+
+def test_study_smoke(tmp_path, capsys):
+    """Two objectives, a few steps, every checkpoint measured; a second call reuses the runs."""
+    argv = ["--out", str(tmp_path / "study"), "--steps", "4", "--save_every", "2", "--max_len", "32",
+            "--batch_size", "4", "--ft_train", "64", "--ft_seeds", "1,2", "--ft_epochs", "1", "--ft_max_len", "32",
+            "--taco_args", "--eval_blocks 8 --negatives 8", "--plot", str(tmp_path / "p.png")]
+    rows = study.main(argv)
+    assert [(r["variant"], r["step"]) for r in rows] == [(v, s) for v in ("mlm", "taco") for s in (0, 2, 4)]
+    step0 = [r for r in rows if r["step"] == 0]
+    assert step0[0]["ctx_score"] == step0[1]["ctx_score"]  # one shared init
+    assert all(len(r["ft_scores"]) == 2 and 0 <= r["ft_mean"] <= 1 for r in rows)
+    assert all(r["eval_mlm_loss"] is not None for r in rows if r["step"])
+    saved = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert len(saved["rows"]) == 6 and "| taco | 4 |" in (tmp_path / "study" / "table.md").read_text()
+    study.main(argv + ["--ft_seeds", ""])
+    assert capsys.readouterr().out.count("reusing the finished run") == 2
+
+
+@pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"]])
+def test_study_bad_input_exits_2_before_training(argv, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        study.main(["--out", str(tmp_path / "s"), "--steps", "2", "--save_every", "1", *argv])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: ")
+    assert not (tmp_path / "s" / "mlm").exists()
