@@ -44,6 +44,12 @@ class UsageError(ValueError):
 
 # ----------------------------------------------------------------------------- the TC loss
 
+def rand(generator, device, *shape):
+    """Uniform [0, 1) numbers drawn on the generator's device, returned on `device`."""
+    where = generator.device if generator is not None else device
+    return torch.rand(*shape, generator=generator, device=where).to(device)
+
+
 def sample_positives(real, window, generator=None):
     """For each token, the flat index (into B*T) of one positive: another real token of the
     same sequence at offset 1..window//2 either side, uniformly; where that offset leaves the
@@ -85,12 +91,6 @@ def sample_negatives(real, num_negatives, generator=None):
     r = (rand(generator, dev, B, T, num_negatives) * others[:, None, None]).long()  # uniform over the others' tokens...
     r = r + n_real[:, None, None] * (r >= start[:, None, None]).long()  # ...skipping our own
     return flat_real[r.clamp(max=flat_real.numel() - 1)]
-
-
-def rand(generator, device, *shape):
-    """Uniform [0, 1) numbers drawn on the generator's device, returned on `device`."""
-    where = generator.device if generator is not None else device
-    return torch.rand(*shape, generator=generator, device=where).to(device)
 
 
 def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
