@@ -1,9 +1,9 @@
 """Speed of one training step, side by side: taco against Hugging Face's BertForMaskedLM.
 
-    python bench.py --threads 2                      # CPU: BERT-small, 16 x 128, fp32 (BENCH.md)
+    python bench.py --size small --batch_size 16 --max_len 128 --threads 2 --steps 20   # CPU (BENCH.md)
     python bench.py --size tiny --batch_size 32 --threads 2
-    python bench.py --size base --max_len 256 --batch_size 32 --dtype bf16   # one GPU
-    python bench.py --compile                        # torch.compile every model
+    python bench.py --size base --max_len 256 --batch_size 32 --dtype bf16             # one GPU
+    python bench.py --compile                                   # torch.compile every model
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
 taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from data import mask_tokens
-from model import BertConfig, BertForPreTraining
+from model import SIZES, BertConfig, BertForPreTraining
 from taco import compute_loss, configure_optimizer, sample_negatives, sample_positives
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
@@ -44,23 +44,24 @@ PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "GH200": 989e12, "B
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--size", default="small", help="model size (tiny, mini, small, medium, base, large)")
-    p.add_argument("--batch_size", type=int, default=16, help="sequences per step")
-    p.add_argument("--max_len", type=int, default=128, help="tokens per sequence")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="small", choices=list(SIZES), help="model size (default: small)")
+    p.add_argument("--batch_size", type=int, default=16, help="sequences per step (default: 16)")
+    p.add_argument("--max_len", type=int, default=128, help="tokens per sequence (default: 128)")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per variant")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per variant (default: 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first (default: 2)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the default "
+                   + ",".join(VARIANTS))
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
-                   help="measure peak memory (on CPU: one fresh process per variant)")
-    p.add_argument("--peak_tflops", type=float, default=None, help="device bf16 peak for MFU (default: by name)")
-    p.add_argument("--probe", default=None, help="internal: print the memory of this one variant and exit")
+                   help="measure peak memory; on CPU in one fresh process per variant (default: on)")
+    p.add_argument("--peak_tflops", type=float, default=None,
+                   help="the device's dense bf16 TFLOP/s for MFU (default: looked up by GPU name)")
+    p.add_argument("--probe", default=None, help="internal: print one variant's memory and exit")
     args = p.parse_args(argv)
     args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" else "fp32")

@@ -146,7 +146,7 @@ class SampledCosines(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             raise ValueError("SampledCosines gives no gradient to z: pass z.detach()")
         ctx.save_for_backward(z, cols)
-        step = max(1, 2 ** 22 // len(z))  # anchors per chunk: <= 4M similarities (16 MB) at once
+        step = max(1, 2 ** 20 // len(z))  # anchors per chunk: <= 1M similarities (4 MB) at once
         return torch.cat([(rows @ z.T).gather(1, idx) for rows, idx in zip(a.split(step), cols.split(step))])
 
     @staticmethod

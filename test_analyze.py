@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import analyze
 import study
+from data import make_blocks, tokenize_corpus
 from finetune import spearman
 from model import BertConfig, BertForPreTraining
 
@@ -114,6 +115,15 @@ def test_distance_score_ignores_padding():
                     inter, n_inter = inter + d, n_inter + 1
     assert got["intra_n"] == n_intra and got["inter_n"] == n_inter
     assert got["intra_sum"] == pytest.approx(intra) and got["inter_sum"] == pytest.approx(inter)
+
+
+def test_heldout_blocks_are_the_ones_taco_holds_out():
+    """taco.py's evaluate uses the last min(eval_blocks, n // 10) blocks of the corpus."""
+    tok = analyze.load_tokenizer("toy")
+    blocks = make_blocks(tokenize_corpus("toy", tok), 64, tok.cls_id, tok.sep_id)
+    got = torch.cat(analyze.heldout_batches("toy", tok, 64, 40, 16))
+    assert [len(b) for b in analyze.heldout_batches("toy", tok, 64, 40, 16)] == [16, 16, 8]
+    assert torch.equal(got, torch.from_numpy(blocks[len(blocks) - 40:].astype("int64")))
 
 
 # ----------------------------------------------------------------------------- word similarity
@@ -240,3 +250,11 @@ def test_study_bad_input_exits_2_before_training(argv, tmp_path, capsys):
         study.main(["--out", str(tmp_path / "s"), "--steps", "2", "--save_every", "1", *argv])
     assert e.value.code == 2 and capsys.readouterr().err.startswith("error: ")
     assert not (tmp_path / "s" / "mlm").exists()
+
+
+def test_plot_without_matplotlib_is_a_note(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    row = {"variant": "mlm", "step": 0, "ctx_score": 0.0, "wordsim_spearman": 0.0, "eval_mlm_loss": None,
+           "ft_mean": None, "ft_std": 0.0}
+    study.plot([row], str(tmp_path / "p.png"))
+    assert "pip install matplotlib" in capsys.readouterr().out and not (tmp_path / "p.png").exists()

@@ -25,7 +25,7 @@ def loss_and_grads(fn, h, e, mask, positions, window, K, tau, seed, dtype=None):
 def test_tc_loss_equals_plain_form(case):
     """Same generator seed -> same sampled positives and negatives -> same loss and gradients."""
     B, T, H, K, W, tau = 5, 24, 32, 20, 5, 0.07
-    if case == "many chunks":  # 2^22 // (B*T) anchors per chunk: several chunks
+    if case == "many chunks":  # 2^20 // (B*T) anchors per chunk: several chunks
         B, T, H = 16, 160, 8
     if case == "K=1 W=3":
         K, W, tau = 1, 3, 0.5
