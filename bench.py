@@ -1,6 +1,6 @@
 """Speed of one training step, side by side: taco against Hugging Face's BertForMaskedLM.
 
-    python bench.py --size small --batch_size 16 --max_len 128 --threads 2 --steps 20   # CPU (BENCH.md)
+    python bench.py --size small --batch_size 16 --max_len 128 --threads 2 --steps 20   # CPU (README: Speed)
     python bench.py --size tiny --batch_size 32 --threads 2
     python bench.py --size base --max_len 256 --batch_size 32 --dtype bf16             # one GPU
     python bench.py --compile                                   # torch.compile every model

@@ -79,15 +79,18 @@ def dropout(x, p, training):
     """BERT's dropout: zero each element with probability p, scale the others by 1 / (1 - p).
 
     On CPU, F.dropout draws from a serial Bernoulli sampler that takes ~10% of a BERT-small
-    step; one 64-bit draw split into two 32-bit integers compared with p * 2^32 gives the
-    same distribution (to 2^-32) ~4x faster. On GPU F.dropout is one fused kernel: kept.
+    step. Here one 64-bit draw is split into four 16-bit integers, each compared with
+    p * 2^16: P(zero) is p rounded to a multiple of 2^-16 (0.1 -> 0.1000061), and the kept
+    elements are scaled by the exact inverse of the keep rate, so E[output] = x. About 3x
+    faster than F.dropout (bench.py). On GPU F.dropout is one fused kernel: kept.
     """
-    if not training or not 0 < p < 1 or x.device.type != "cpu":
+    drop = round(p * 2 ** 16)  # drop the 16-bit values below this threshold
+    if not training or not 0 < drop < 2 ** 16 or x.device.type != "cpu":
         return F.dropout(x, p, training)
     n = x.numel()
-    bits = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-2 ** 63, None)  # uniform 64-bit
-    keep = bits.view(torch.int32)[:n].view(x.shape) >= round(p * 2 ** 32) - 2 ** 31  # P(keep) = 1 - p
-    return x * keep.to(x.dtype).mul_(1 / (1 - p))
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)  # uniform 64-bit
+    keep = bits.view(torch.int16)[:n].view(x.shape) >= drop - 2 ** 15  # P(keep) = 1 - drop / 2^16
+    return x * keep.to(x.dtype).mul_(2 ** 16 / (2 ** 16 - drop))
 
 
 class Dropout(nn.Dropout):

@@ -320,7 +320,7 @@ def configure_optimizer(model, args, device_type):
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6,
-                             fused=device_type == "cuda")
+                             fused=True)
 
 
 def step_seed(seed, step, rank):

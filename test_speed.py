@@ -66,22 +66,55 @@ def test_sampled_cosines_gradcheck():
         SampledCosines.apply(a, z.clone().requires_grad_(), cols)
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
+@pytest.mark.parametrize("p", [0.1, 0.5, 1 / 3])
 def test_dropout_is_berts_dropout(p):
-    """Same contract as F.dropout: P(zero) = p, the rest scaled by 1 / (1 - p), gradient alike."""
+    """F.dropout's contract with p on a 2^-16 grid: P(zero) = p' = round(p * 2^16) / 2^16, the
+    rest scaled by 1 / (1 - p') (so the expectation is exact), gradient alike."""
     x = torch.rand(1000, 1000) + 1.0  # never 0, so every zero was dropped
     x.requires_grad_(True)
     torch.manual_seed(0)
     y = dropout(x, p, True)
     kept = y != 0
-    assert abs(kept.float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / x.numel()) ** 0.5
-    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    p16 = round(p * 2 ** 16) / 2 ** 16
+    assert abs(p16 - p) <= 2 ** -17
+    assert abs(kept.float().mean().item() - (1 - p16)) < 5 * (p16 * (1 - p16) / x.numel()) ** 0.5
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p16))
+    assert abs((y / x).mean().item() - 1) < 5 * (p16 / (1 - p16) / x.numel()) ** 0.5  # unbiased
     y.sum().backward()
-    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
-    assert abs(F.dropout(x, p, True).ne(0).float().mean().item() - (1 - p)) < 5 * (p * (1 - p) / x.numel()) ** 0.5
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p16))
     torch.manual_seed(0)
     assert torch.equal(dropout(x, p, True), y)  # reproducible from the seed, as exact resume needs
     assert dropout(x, p, False) is x and dropout(x, 0.0, True) is x
+    assert torch.equal(dropout(x, 1e-9, True), x)  # below the grid: F.dropout, which keeps all here
+
+
+def test_fused_adamw_equals_plain_adamw():
+    """configure_optimizer's fused AdamW (one kernel for all tensors, also on CPU) takes the
+    steps of the textbook for-loop AdamW, weight-decay groups included."""
+    from types import SimpleNamespace
+    from taco import configure_optimizer
+    torch.manual_seed(0)
+    cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    models = [BertForPreTraining(cfg) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    start = models[0].bert.embeddings.word.weight.detach().clone()
+    fused = configure_optimizer(models[0], SimpleNamespace(lr=1e-2, weight_decay=0.1), "cpu")
+    assert fused.defaults["fused"]
+    groups = [{"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    plain = torch.optim.AdamW(groups, lr=1e-2, eps=1e-6, foreach=False, fused=False)
+    ids = torch.randint(5, 97, (4, 16))
+    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
+    for _ in range(3):
+        for model, opt in zip(models, (fused, plain)):
+            logits = model(ids, labels=labels)[0]
+            F.cross_entropy(logits, labels[labels != -100]).backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        # Update order differs by float rounding, amplified where |grad| ~ eps: 1e-3 of a step.
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert (models[0].bert.embeddings.word.weight - start).abs().max() > 1e-3  # the steps moved it
 
 
 @pytest.mark.parametrize("padding", [False, True])
