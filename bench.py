@@ -4,6 +4,7 @@
     python bench.py --size tiny --batch_size 32 --threads 2
     python bench.py --size base --max_len 256 --batch_size 32 --dtype bf16             # one GPU
     python bench.py --compile                                   # torch.compile every model
+    python bench.py --variants taco-mlm,taco-tc --profile       # + where the time goes, op by op
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
 taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
@@ -61,6 +62,8 @@ def get_args(argv=None):
                    help="measure peak memory; on CPU in one fresh process per variant (default: on)")
     p.add_argument("--peak_tflops", type=float, default=None,
                    help="the device's dense bf16 TFLOP/s for MFU (default: looked up by GPU name)")
+    p.add_argument("--profile", action="store_true",
+                   help="also print torch.profiler's top operations of one step of each variant")
     p.add_argument("--probe", default=None, help="internal: print one variant's memory and exit")
     args = p.parse_args(argv)
     args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -190,6 +193,17 @@ def model_flops(cfg, tokens, masked, T):
     return 6 * tokens * L * 12 * H * H + 12 * tokens * L * T * H + 6 * masked * (H * H + H * V)
 
 
+def profile(step, device, rows=15):
+    """torch.profiler's table of one step: the operations that take the most time themselves."""
+    from torch.profiler import ProfilerActivity
+    cuda = device.type == "cuda"
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as p:
+        step(0)
+        sync(device)
+    return p.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
+                                  row_limit=rows)
+
+
 def device_name(device):
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -257,6 +271,10 @@ def main(argv=None):
                else f"{flops / med[v] / peak_flops:.1%}")
         mb = [f"{d[v] / 2**20:,.0f}" if v in d else "-" for d in (peak, saved)]
         print(f"| {v} | {med[v] * 1e3:.0f} | {tokens / med[v]:,.0f} | {vs_hf} | {mb[0]} | {mb[1]} | {mfu} |")
+
+    if args.profile:
+        for v in args.variants:
+            print(f"\nwhere the time of one {v} step goes:\n{profile(steps[v], args.device)}")
 
     def ratio(a, b):
         return med[a] / med[b] if a in med and b in med else float("nan")

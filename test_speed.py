@@ -158,3 +158,12 @@ def test_bench_prints_table_and_machine_readable_lines(capsys):
     assert name == "speedup_vs_hf" and float(value) > 0
     name, value = out[-1].split(": ")
     assert name == "tc_overhead" and float(value) > 0
+
+
+def test_bench_profile_keeps_the_machine_readable_lines_last(capsys):
+    bench.main(["--size", "tiny", "--batch_size", "2", "--max_len", "16", "--steps", "1", "--warmup", "0",
+                "--threads", "1", "--device", "cpu", "--variants", "taco-mlm,taco-tc", "--no-memory", "--profile"])
+    out = capsys.readouterr().out
+    assert "where the time of one taco-tc step goes" in out and "aten::mm" in out and "Self CPU" in out
+    assert out.strip().splitlines()[-2].startswith("speedup_vs_hf: nan")  # no hf variant asked for
+    assert float(out.strip().splitlines()[-1].split(": ")[1]) > 0
