@@ -115,9 +115,9 @@ def make_step(name, args, cfg, inputs, labels):
                                          "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")})
         model = transformers.BertForMaskedLM(hf_cfg)
     model = model.to(args.device).train()
-    opt_args = SimpleNamespace(lr=1e-4, weight_decay=0.01, objective="taco" if name.endswith("tc") else "mlm",
-                               tc_weight=1.0, window=5, negatives=50, temperature=0.07)
-    optimizer = configure_optimizer(model, opt_args, args.device.type)
+    loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm",
+                                tc_weight=1.0, window=5, negatives=50, temperature=0.07)
+    optimizer = configure_optimizer(model, lr=1e-4, weight_decay=0.01)
     scaler = torch.amp.GradScaler(args.device.type, enabled=args.dtype == "fp16")
     run = torch.compile(model) if args.compile else model
     amp = torch.autocast(args.device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype),
@@ -127,7 +127,7 @@ def make_step(name, args, cfg, inputs, labels):
         gen = torch.Generator(args.device).manual_seed(seed)
         with amp:
             if name.startswith("taco"):
-                loss = compute_loss(run, inputs, labels, None, opt_args, gen)[0]
+                loss = compute_loss(run, inputs, labels, None, loss_args, gen)[0]
             else:
                 out = run(input_ids=inputs, labels=labels, output_hidden_states=name == "hf-tc")
                 loss = out.loss if name == "hf-mlm" else out.loss + plain_tc_loss(

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from data import DataError, load_tokenizer, toy_corpus
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
-from taco import get_lr, latest_checkpoint, load_checkpoint, setup_distributed
+from taco import configure_optimizer, get_lr, latest_checkpoint, load_checkpoint, setup_distributed
 
 
 class FinetuneError(ValueError):
@@ -283,10 +283,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     raw.load_state_dict(weights, strict=False)
     raw.to(device)
     model = DDP(raw, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else raw
-    params = list(raw.parameters())  # weight decay on matrices only, not on biases and LayerNorm
-    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
-                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=lr, eps=1e-6, fused=device.type == "cuda")
+    optimizer = configure_optimizer(raw, lr, args.weight_decay)  # as in pre-training
     scaler = torch.amp.GradScaler(device.type, enabled=args.dtype == "fp16")
     train, n = data["train"], len(data["train"]["ids"])
     steps_per_epoch = math.ceil((n + (-n) % world) / batch_size)

@@ -82,7 +82,7 @@ def dropout(x, p, training):
     step. Here one 64-bit draw is split into four 16-bit integers, each compared with
     p * 2^16: P(zero) is p rounded to a multiple of 2^-16 (0.1 -> 0.1000061), and the kept
     elements are scaled by the exact inverse of the keep rate, so E[output] = x. About 3x
-    faster than F.dropout (bench.py). On GPU F.dropout is one fused kernel: kept.
+    faster than F.dropout (2M elements, 2 threads). On GPU F.dropout is one fused kernel: kept.
     """
     drop = round(p * 2 ** 16)  # drop the 16-bit values below this threshold
     if not training or not 0 < drop < 2 ** 16 or x.device.type != "cpu":

@@ -314,13 +314,13 @@ def get_lr(step, lr, warmup, steps):
     return lr * max(0.0, (steps - step) / max(1, steps - warmup))
 
 
-def configure_optimizer(model, args, device_type):
-    """AdamW with weight decay on matrices only (not on biases and LayerNorm)."""
+def configure_optimizer(model, lr, weight_decay):
+    """AdamW with weight decay on matrices only (not on biases and LayerNorm); fused (one
+    kernel for all tensors) on CPU too, where it is ~4x faster than the default loop."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-6,
-                             fused=True)
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, fused=True)
 
 
 def step_seed(seed, step, rank):
@@ -549,7 +549,7 @@ def train(args):
     raw = BertForPreTraining(cfg).to(device)
     if args.freeze_embeddings:
         raw.bert.embeddings.requires_grad_(False)
-    optimizer = configure_optimizer(raw, args, device.type)
+    optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
     start, skipped = 0, 0
     if resuming:

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 import bench
 from model import BertConfig, BertForPreTraining, dropout
-from taco import SampledCosines, tc_loss
+from taco import SampledCosines, configure_optimizer, tc_loss
 
 
 def states(B, T, H, seed=0):
@@ -91,14 +91,12 @@ def test_dropout_is_berts_dropout(p):
 def test_fused_adamw_equals_plain_adamw():
     """configure_optimizer's fused AdamW (one kernel for all tensors, also on CPU) takes the
     steps of the textbook for-loop AdamW, weight-decay groups included."""
-    from types import SimpleNamespace
-    from taco import configure_optimizer
     torch.manual_seed(0)
     cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     models = [BertForPreTraining(cfg) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     start = models[0].bert.embeddings.word.weight.detach().clone()
-    fused = configure_optimizer(models[0], SimpleNamespace(lr=1e-2, weight_decay=0.1), "cpu")
+    fused = configure_optimizer(models[0], lr=1e-2, weight_decay=0.1)
     assert fused.defaults["fused"]
     groups = [{"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0}]
