@@ -621,8 +621,9 @@ def train(args):
             sums += torch.stack([loss, mlm, tc]).detach().float() / accum
         scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
-        # fp16's scaler handles overflowing gradients itself; any other non-finite value is a fault
-        bad = not torch.isfinite(sums).all().item() or (dtype != "fp16" and not torch.isfinite(grad_norm).item())
+        # fp16's scaler handles overflowing gradients itself; any other non-finite value is a fault.
+        # One host sync per step for both checks.
+        bad = not (torch.isfinite(sums).all() & (torch.isfinite(grad_norm) | (dtype == "fp16"))).item()
         if all_ranks_max(bad, device):
             optimizer.zero_grad(set_to_none=True)
             if not args.skip_nonfinite:
