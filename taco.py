@@ -227,7 +227,11 @@ def get_args(argv=None):
     p.add_argument("--temperature", type=float, default=0.07, help="tau of the InfoNCE softmax")
     p.add_argument("--mlm_probability", type=float, default=0.15, help="fraction of tokens masked")
     p.add_argument("--predict_all", action="store_true", help="MLM loss on every position (the MLM+TP ablation)")
-    p.add_argument("--freeze_embeddings", action="store_true", help="keep the embedding layer at its init (Fig. 4)")
+    p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
+                   "Hugging Face directory (weights only: new optimizer and schedule; the model size is the init's)")
+    p.add_argument("--freeze_embeddings", action="store_true",
+                   help="keep the whole embedding layer (word, position, type, LayerNorm) at its init: "
+                   "random, or with --init trained (the paper's Fig. 4)")
     p.add_argument("--untie_embeddings", action="store_true", help="separate MLM decoder matrix (Appendix B)")
     # data
     p.add_argument("--data", default="toy", help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or folders")
@@ -267,8 +271,9 @@ def get_args(argv=None):
     for k, v in recipe.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    if args.vocab is None:
-        args.vocab = "toy" if args.data == "toy" else "bert-base-uncased"
+    if args.vocab is None:  # the init's own vocabulary, else the data's usual one
+        args.vocab = (vocab_beside(args.init) if args.init else
+                      "toy" if args.data == "toy" else "bert-base-uncased")
     return args
 
 
@@ -412,6 +417,46 @@ def load_checkpoint(path):
         raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
 
 
+def find_weights(spec):
+    """-> (file or folder to load, is_hf) for a taco run directory (its newest valid
+    checkpoint), a checkpoint file, or a Hugging Face directory (config.json + weights)."""
+    if not os.path.exists(spec):
+        raise UsageError(f"{spec} does not exist: pass a taco run directory, a checkpoint file "
+                         f"or a Hugging Face model directory")
+    if os.path.isfile(spec):
+        return spec, False
+    source = latest_checkpoint(spec)
+    if source is not None:
+        return source, False
+    if os.path.isfile(os.path.join(spec, "config.json")) and any(
+            os.path.isfile(os.path.join(spec, w)) for w in ("model.safetensors", "pytorch_model.bin")):
+        return spec, True
+    raise UsageError(f"{spec} holds no valid taco checkpoint (ckpt_*.pt with its manifest) and is "
+                     f"not a Hugging Face directory (config.json + model.safetensors)")
+
+
+def vocab_beside(source):
+    """The vocab.txt that goes with a checkpoint file or a model directory."""
+    return os.path.join(source if os.path.isdir(source) else os.path.dirname(source), "vocab.txt")
+
+
+def load_init(spec):
+    """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue
+    from -> (config, state_dict, source). Weights only: optimizer, schedule and step start anew.
+    A Hugging Face encoder without an MLM head gets a fresh head (with a note)."""
+    source, is_hf = find_weights(spec)
+    try:
+        if is_hf:
+            model = BertForPreTraining.from_pretrained(source)
+            return model.config, model.state_dict(), source
+        state = load_checkpoint(source)
+        return BertConfig.from_dict(state["model_config"]), state["model"], source
+    except UsageError:
+        raise
+    except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
+        raise UsageError(f"cannot load --init {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
+
+
 # ----------------------------------------------------------------------------- distributed set-up
 
 def setup_distributed(device_arg):
@@ -521,7 +566,17 @@ def train(args):
     if args.resume and resume_from is None and not restarted:
         raise UsageError(f"--resume: no valid checkpoint in {args.out}")
     resuming = resume_from is not None
+    if args.init:  # the init's architecture; its weights are loaded below unless resuming
+        cfg, init_state, init_source = load_init(args.init)
     tok = load_tokenizer(args.vocab, args.cache_dir)
+    if args.init:
+        if cfg.vocab_size != tok.vocab_size:
+            raise UsageError(f"--init {args.init} has a vocabulary of {cfg.vocab_size} but --vocab {args.vocab} "
+                             f"has {tok.vocab_size}: pass the init's vocab.txt (the default)")
+        cfg.tie_word_embeddings = not args.untie_embeddings
+    else:
+        cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
+                                   tie_word_embeddings=not args.untie_embeddings)
     if master:  # rank 0 tokenises (and caches) first; the others then read the cache
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
     if world > 1:
@@ -544,10 +599,14 @@ def train(args):
     autocast = (contextlib.nullcontext() if dtype == "fp32" else
                 torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16))
     torch.manual_seed(args.seed)  # the same init on every rank
-    cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
-                               tie_word_embeddings=not args.untie_embeddings)
     raw = BertForPreTraining(cfg).to(device)
+    if args.init and not resuming:
+        if cfg.tie_word_embeddings:  # one shared matrix: the input embeddings (an untied init's decoder is dropped)
+            init_state = {**init_state, "mlm.decoder.weight": init_state["bert.embeddings.word.weight"]}
+        raw.load_state_dict(init_state)
     if args.freeze_embeddings:
+        # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
+        # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
         raw.bert.embeddings.requires_grad_(False)
     optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
@@ -571,6 +630,8 @@ def train(args):
     if master:
         with open(os.path.join(args.out, "config.json"), "w") as f:
             json.dump({"args": vars(args), "model_config": asdict(cfg), "world_size": world,
+                   "init": {"source": init_source, "sha256": _sha256(init_source) if os.path.isfile(init_source)
+                            else None} if args.init else None,
                        "accumulation": accum, "dtype": dtype, "train_blocks": len(train_blocks),
                        "eval_blocks": n_eval, "parameters": sum(p.numel() for p in raw.parameters())},
                       f, indent=2)
@@ -583,6 +644,7 @@ def train(args):
         print(f"{args.objective} | {args.size} ({sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M params) | "
               f"{len(train_blocks)} blocks x {args.max_len} | batch {args.batch_size} = {world} x "
               f"{accum} x {args.device_batch_size} | {dtype} on {device.type}"
+              + (f" | init {init_source}" if args.init else "")
               + (f" | resumed at step {start}" if resuming else ""))
 
     per_rank = args.batch_size // world
