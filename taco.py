@@ -202,6 +202,10 @@ RECIPES = {
     "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
 }
 
+# The paper's corpora (Wikipedia + BookCorpus, bert-base-uncased vocab) for --size small and
+# up; the sizes below train on the offline toy corpus by default.
+PAPER_DATA, TOY_SIZES = "wikipedia,bookcorpus", ("tiny", "mini")
+
 # Settings that may change between a run and its --resume without making it another run.
 RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
              "skip_nonfinite", "compile", "num_proc", "cache_dir", "device", "device_batch_size"}
@@ -230,7 +234,8 @@ def get_args(argv=None):
     p.add_argument("--freeze_embeddings", action="store_true", help="keep the embedding layer at its init (Fig. 4)")
     p.add_argument("--untie_embeddings", action="store_true", help="separate MLM decoder matrix (Appendix B)")
     # data
-    p.add_argument("--data", default="toy", help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or folders")
+    p.add_argument("--data", default=None, help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or "
+                   "folders (default: toy for --size tiny and mini, else the paper's wikipedia,bookcorpus)")
     p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
                    "for --data toy, else bert-base-uncased)")
     p.add_argument("--max_len", type=int, default=None, help="tokens per block (default: from --size)")
@@ -267,6 +272,8 @@ def get_args(argv=None):
     for k, v in recipe.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.data is None:
+        args.data = "toy" if args.size in TOY_SIZES else PAPER_DATA
     if args.vocab is None:
         args.vocab = "toy" if args.data == "toy" else "bert-base-uncased"
     return args
@@ -521,6 +528,9 @@ def train(args):
     if args.resume and resume_from is None and not restarted:
         raise UsageError(f"--resume: no valid checkpoint in {args.out}")
     resuming = resume_from is not None
+    if master and "toy" in args.data.split(",") and args.size not in TOY_SIZES:
+        print(f"warning: --size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's "
+              f"run: that is the default --data {PAPER_DATA}", file=sys.stderr)
     tok = load_tokenizer(args.vocab, args.cache_dir)
     if master:  # rank 0 tokenises (and caches) first; the others then read the cache
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
@@ -528,9 +538,9 @@ def train(args):
         dist.barrier()
     if not master:
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)
+    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
     n_eval = min(args.eval_blocks, len(blocks) // 10)
-    train_blocks, eval_blocks = blocks[:len(blocks) - n_eval], blocks[len(blocks) - n_eval:]
+    train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out
     steps_per_epoch = len(train_blocks) // args.batch_size
     if steps_per_epoch == 0:
         raise UsageError(f"the corpus gives {len(train_blocks)} training blocks of {args.max_len} tokens, "
