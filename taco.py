@@ -607,7 +607,9 @@ def train(args):
             os._exit(13)
         epoch, i = divmod(step, steps_per_epoch)
         if epoch != perm_epoch:  # a fresh shuffle each epoch, the same on every rank
-            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch))
+            # int32 (the same order as int64): 4 bytes a block, the one buffer that grows with the corpus
+            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch),
+                                  dtype=torch.int32)
             perm_epoch = epoch
         mine = perm[i * args.batch_size:(i + 1) * args.batch_size][rank * per_rank:(rank + 1) * per_rank]
         lr = get_lr(step, args.lr, args.warmup, args.steps)

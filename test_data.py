@@ -378,6 +378,13 @@ def test_blocks_equal_the_copied_reference(n_tokens, max_len):
     assert np.array_equal(held[1:3], ref[len(ref) - n_eval:][1:3])
 
 
+def test_int32_permutation_is_the_int64_one():
+    """taco.py shuffles blocks with an int32 randperm (half the memory): the same order."""
+    for n, seed in ((13_788, 0), (1_000_003, 7)):
+        g = lambda: torch.Generator().manual_seed(seed)
+        assert torch.equal(torch.randperm(n, generator=g(), dtype=torch.int32).long(), torch.randperm(n, generator=g()))
+
+
 def test_blocks_do_not_copy_the_corpus(tmp_path):
     """A ~100 MB memory-mapped cache: cutting blocks, splitting off the held-out tail and
     gathering a batch allocate only the batch (numpy reports its buffers to tracemalloc);
