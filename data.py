@@ -515,10 +515,15 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
             return {"ids": [x + [sep] if x else x for x in ids], "n": [len(x) + bool(x) for x in ids]}
 
         docs = load_documents(data_spec, cache_dir)
+        mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
+        if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
+            num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
         features = datasets.Features({"n": datasets.Value("int64"),  # small ids: 4x less disk
                                       "ids": datasets.Sequence(datasets.Value(np.dtype(dtype).name))})
+        t0 = time.perf_counter()
         ds = docs.map(encode, batched=True, remove_columns=docs.column_names, num_proc=num_proc,
-                      features=features, new_fingerprint=key[:40], desc="tokenizing")
+                      features=features, new_fingerprint=key, desc="tokenizing")
+        secs = time.perf_counter() - t0
         total = int(np.sum(ds.with_format("numpy")["n"]))
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.stem}-{os.getpid()}.npy")
@@ -530,7 +535,9 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
         out.flush()
         del out
         os.replace(tmp, path)
-        print(f"tokenized {len(ds):,} documents into {total:,} tokens: {path}", file=sys.stderr)
+        print(f"tokenized {len(ds):,} documents, {mb:,.1f} MB of text, into {total:,} tokens in {secs:,.1f} s: "
+              f"{mb / secs:.2f} MB/s with {num_proc} process{'es' if num_proc > 1 else ''} "
+              f"({mb / secs / num_proc:.2f} MB/s each); cached in {path}", file=sys.stderr)
     return np.load(path, mmap_mode="r")
 
 
@@ -666,7 +673,7 @@ def main():
     p.add_argument("--vocab", default="bert-base-uncased",
                    help="toy, a vocab.txt, a folder with one, or a hub model id")
     p.add_argument("--max_len", type=int, default=128, help="block length to report for --data")
-    p.add_argument("--num_proc", type=int, default=None, help="worker processes for tokenizing")
+    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--bench", metavar="FILE", help="time tokenizers on this text file instead")
     p.add_argument("--cache_dir", default=None, help="default: $TACO_CACHE or ~/.cache/taco")
     args = p.parse_args()

@@ -10,7 +10,8 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
     python taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --standalone --nproc_per_node=8 taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_backend=c10d \
-        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base
+        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base \
+        --device_batch_size 40   # 1,280 / 16 processes = 80 = 2 micro-steps of 40
     # (the same on the second node with --node_rank=1)
 
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
@@ -240,7 +241,8 @@ def get_args(argv=None):
                    "for --data toy, else bert-base-uncased)")
     p.add_argument("--max_len", type=int, default=None, help="tokens per block (default: from --size)")
     p.add_argument("--cache_dir", default=None, help="where tokenised corpora are cached (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: all cores)")
+    p.add_argument("--num_proc", type=int, default=None,
+                   help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--eval_blocks", type=int, default=64, help="blocks held out for evaluation")
     # optimisation
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: from --size)")

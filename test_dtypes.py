@@ -1,14 +1,17 @@
 """GPU readiness without a GPU: every --dtype path of taco.py (fp32, bf16 autocast, fp16
-autocast with its GradScaler) and --compile train a few steps on CPU, and agree with fp32."""
+autocast with its GradScaler) and --compile train a few steps on CPU and agree with fp32;
+the GPU commands of README and the docstrings parse."""
 import dataclasses
 import functools
 import json
 import math
 import os
+import shlex
 
 import pytest
 import torch
 
+import bench
 import taco
 from model import BertConfig, BertForPreTraining
 
@@ -73,3 +76,36 @@ def test_compile_with_inductor(tmp_path, cache_dir):
     compiled, _ = train(tmp_path / "compiled", cache_dir, "--compile")
     for a, b in zip(eager, compiled):
         assert b["loss"] == pytest.approx(a["loss"], abs=1e-3)
+
+
+def documented_commands():
+    """(script, argv, world size) of every `taco.py` / `bench.py` command in README's code
+    blocks and in the scripts' docstrings; backslash continuations joined, comments cut."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    texts = [open(os.path.join(here, "README.md")).read(), taco.__doc__, bench.__doc__]
+    commands = []
+    for text in texts:
+        for line in text.replace("\\\n", " ").splitlines():
+            if not line.strip().startswith(("python ", "torchrun ")):
+                continue
+            words = shlex.split(line.split(" #")[0].replace("$obj", "taco"))  # README's loop over objectives
+            for script in ("taco.py", "bench.py"):
+                if script in words:
+                    launcher = dict(w.lstrip("-").split("=", 1) for w in words[:words.index(script)] if "=" in w)
+                    world = int(launcher.get("nproc_per_node", 1)) * int(launcher.get("nnodes", 1))
+                    commands.append((script, words[words.index(script) + 1:], world))
+    return commands
+
+
+def test_documented_gpu_commands_parse():
+    """The commands README and the docstrings promise (1 GPU, 8 GPUs, 2 nodes, bench) are
+    accepted by the argument parsers and taco's checks, with their world size."""
+    commands = documented_commands()
+    assert sum(s == "taco.py" and w == 8 for s, _, w in commands) >= 2  # torchrun lines found
+    assert sum(s == "taco.py" and w == 16 for s, _, w in commands) >= 1
+    assert any(s == "bench.py" and "bf16" in argv for s, argv, _ in commands)
+    for script, argv, world in commands:
+        if script == "taco.py":
+            taco.check_args(taco.get_args(argv), world)
+        else:
+            bench.get_args(argv)
