@@ -392,7 +392,8 @@ def test_blocks_do_not_copy_the_corpus(tmp_path):
     import tracemalloc
     path = tmp_path / "tokens.npy"
     tokens = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint16, shape=(50_000_000,))
-    tokens[:] = np.arange(len(tokens)) % 30_000
+    for i in range(0, len(tokens), 1 << 22):  # token at position p: p mod 65,536
+        tokens[i:i + (1 << 22)] = np.arange(i, min(i + (1 << 22), len(tokens))).astype(np.uint16)
     del tokens
     tokens = np.load(path, mmap_mode="r")
     tracemalloc.start()
@@ -406,7 +407,7 @@ def test_blocks_do_not_copy_the_corpus(tmp_path):
     finally:
         tracemalloc.stop()
     assert blocks.tokens is tokens and batch.shape == (32, 128)
-    assert np.array_equal(batch[:, 1:-1], (rows[:, None] * 126 + np.arange(126)) % 30_000)
+    assert np.array_equal(batch[:, 1:-1], (rows[:, None] * 126 + np.arange(126)) % 65_536)
     assert peak < 1_000_000, f"{peak / 1e6:.0f} MB allocated for a 100 MB corpus"
 
 
