@@ -10,7 +10,8 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
     python taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --standalone --nproc_per_node=8 taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_backend=c10d \
-        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base
+        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base \
+        --device_batch_size 40   # 1,280 / 16 processes = 80 = 2 micro-steps of 40
     # (the same on the second node with --node_rank=1)
 
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
@@ -241,6 +242,10 @@ RECIPES = {
     "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
 }
 
+# The paper's corpora (Wikipedia + BookCorpus, bert-base-uncased vocab) for --size small and
+# up; the sizes below train on the offline toy corpus by default.
+PAPER_DATA, TOY_SIZES = "wikipedia,bookcorpus", ("tiny", "mini")
+
 # Settings that may change between a run and its --resume without making it another run.
 RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
              "skip_nonfinite", "compile", "plain_tc", "num_proc", "cache_dir", "device", "device_batch_size"}
@@ -280,12 +285,14 @@ def get_args(argv=None):
                    "random, or with --init trained (the paper's Fig. 4)")
     p.add_argument("--untie_embeddings", action="store_true", help="separate MLM decoder matrix (Appendix B)")
     # data
-    p.add_argument("--data", default="toy", help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or folders")
+    p.add_argument("--data", default=None, help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or "
+                   "folders (default: toy for --size tiny and mini, else the paper's wikipedia,bookcorpus)")
     p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
                    "for --data toy, else bert-base-uncased)")
     p.add_argument("--max_len", type=int, default=None, help="tokens per block (default: from --size)")
     p.add_argument("--cache_dir", default=None, help="where tokenised corpora are cached (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: all cores)")
+    p.add_argument("--num_proc", type=int, default=None,
+                   help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--eval_blocks", type=int, default=64, help="blocks held out for evaluation")
     # optimisation
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: from --size)")
@@ -317,6 +324,8 @@ def get_args(argv=None):
     for k, v in recipe.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.data is None:
+        args.data = "toy" if args.size in TOY_SIZES else PAPER_DATA
     if args.vocab is None:  # the init's own vocabulary, else the data's usual one
         args.vocab = (vocab_beside(args.init) if args.init else
                       "toy" if args.data == "toy" else "bert-base-uncased")
@@ -629,6 +638,9 @@ def train(args):
     if args.resume and resume_from is None and not restarted:
         raise UsageError(f"--resume: no valid checkpoint in {args.out}")
     resuming = resume_from is not None
+    if master and "toy" in args.data.split(",") and args.size not in TOY_SIZES:
+        print(f"warning: --size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's "
+              f"run: that is the default --data {PAPER_DATA}", file=sys.stderr)
     if args.init:  # the init's architecture; its weights are loaded below unless resuming
         cfg, init_state, init_source = load_init(args.init)
     tok = load_tokenizer(args.vocab, args.cache_dir)
@@ -646,9 +658,9 @@ def train(args):
         dist.barrier()
     if not master:
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)
+    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
     n_eval = min(args.eval_blocks, len(blocks) // 10)
-    train_blocks, eval_blocks = blocks[:len(blocks) - n_eval], blocks[len(blocks) - n_eval:]
+    train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out
     steps_per_epoch = len(train_blocks) // args.batch_size
     if steps_per_epoch == 0:
         raise UsageError(f"the corpus gives {len(train_blocks)} training blocks of {args.max_len} tokens, "
@@ -722,7 +734,9 @@ def train(args):
             os._exit(13)
         epoch, i = divmod(step, steps_per_epoch)
         if epoch != perm_epoch:  # a fresh shuffle each epoch, the same on every rank
-            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch))
+            # int32 (the same order as int64): 4 bytes a block, the one buffer that grows with the corpus
+            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch),
+                                  dtype=torch.int32)
             perm_epoch = epoch
         mine = perm[i * args.batch_size:(i + 1) * args.batch_size][rank * per_rank:(rank + 1) * per_rank]
         lr = get_lr(step, args.lr, args.warmup, args.steps)
