@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import asdict
 
 import numpy as np
@@ -147,10 +148,11 @@ class SampledCosines(torch.autograd.Function):
     """out[n, j] = a[n] . keys[cols[n, j]], with a gradient to `a` only: tc_loss's
     einsum("nh,njh->nj", a, keys[cols]) without its (N, 1+K, H) copy of keys (210 MB for
     BERT-small at 16 x 128, 3.4 GB at 64 x 256), which the einsum writes, reads back and keeps
-    for the backward. The forward takes the cheaper of two routes (`similarity_route`), a chunk
-    of anchors at a time; the backward, d/da[n] = sum_j grad[n, j] keys[cols[n, j]], is a
-    weighted sum of rows of keys (embedding_bag). Equal to the einsum to float rounding
-    (test_speed.py); keys must be detached.
+    for the backward. The forward takes the cheaper of two routes (`similarity_route`): the
+    sampled entries of a @ keys.T alone (a sampled dense-dense product, torch.sparse.sampled_addmm),
+    or the whole product, a chunk of anchors at a time, then a pick. The backward,
+    d/da[n] = sum_j grad[n, j] keys[cols[n, j]], is a weighted sum of rows of keys
+    (embedding_bag). Equal to the einsum to float rounding (test_speed.py); keys must be detached.
     """
 
     @staticmethod
@@ -158,13 +160,15 @@ class SampledCosines(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
         ctx.save_for_backward(keys, cols)
-        route, _ = similarity_route(len(a), len(keys), cols.shape[1], a.shape[1])
-        if route == "product":  # every key, then pick: <= 1M cosines (4 MB) per chunk
+        n, j = cols.shape
+        if similarity_route(n, len(keys), j, a.shape[1])[0] == "product":  # <= 1M cosines (4 MB) per chunk
             step = max(1, 2 ** 20 // len(keys))
             return torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(a.split(step), cols.split(step))])
-        step = max(1, GATHER_CHUNK // (cols.shape[1] * a.shape[1]))  # the sampled keys of a chunk: <= 1 MB
-        return torch.cat([torch.bmm(keys[idx], rows[:, :, None])[:, :, 0]
-                          for rows, idx in zip(a.split(step), cols.split(step))])
+        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=a.device), cols.reshape(-1),
+                                              a.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
+            return torch.sparse.sampled_addmm(pattern, a, keys.T, beta=0.0).values().view(n, j)
 
     @staticmethod
     def backward(ctx, grad):
@@ -173,18 +177,17 @@ class SampledCosines(torch.autograd.Function):
             return F.embedding_bag(cols, keys, per_sample_weights=grad.to(keys.dtype), mode="sum"), None, None
 
 
-GATHER_CHUNK = 2 ** 18  # floats of sampled keys per chunk of the gather route (1 MB: stays in cache)
-PRODUCT_SPEEDUP = 16  # a matrix product does this many times more multiply-adds per second than the gather
+PRODUCT_SPEEDUP = 16  # a matrix product does ~this many times more multiply-adds per second than sampled_addmm (CPU, measured)
 
 
 def similarity_route(n, m, j, h):
     """The forward route of SampledCosines for n anchors, m keys, j sampled keys per anchor and
-    width h, and the multiply-adds of forward + backward. "product" (n x m matrix product, then
-    pick) costs n m h but runs PRODUCT_SPEEDUP times faster per multiply-add than "gather" (n j h),
-    so it wins while m <= PRODUCT_SPEEDUP * j; the backward (embedding_bag) is n j h either way."""
+    width h, and the multiply-adds of forward + backward. "product" (n x m, then pick) costs
+    n m h and "sampled" (sampled_addmm) n j h, but the product runs PRODUCT_SPEEDUP times faster
+    per multiply-add, so it wins while m <= PRODUCT_SPEEDUP * j. The backward is n j h either way."""
     if m <= PRODUCT_SPEEDUP * j:
         return "product", n * m * h + n * j * h
-    return "gather", 2 * n * j * h
+    return "sampled", 2 * n * j * h
 
 
 # ----------------------------------------------------------------------------- the contextual score
