@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from data import DataError, load_tokenizer, make_blocks, mask_tokens, tokenize_corpus
+from data import DataError, load_tokenizer, make_blocks, mask_tokens, token_cache_path, tokenize_corpus
 from model import SIZES, BertConfig, BertForPreTraining
 
 
@@ -534,12 +534,11 @@ def train(args):
         print(f"warning: --size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's "
               f"run: that is the default --data {PAPER_DATA}", file=sys.stderr)
     tok = load_tokenizer(args.vocab, args.cache_dir)
-    if master:  # rank 0 tokenises (and caches) first; the others then read the cache
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    if world > 1:
-        dist.barrier()
-    if not master:
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
+    if not master:  # rank 0 tokenises and caches (hours for the paper's corpora); the others wait
+        cache = token_cache_path(args.data, tok, args.cache_dir)  # for its file, not in a collective
+        while not cache.exists():  # that would time out (NCCL: 10 min); torchrun ends them if rank 0 fails
+            time.sleep(2)
+    tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
     blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
     n_eval = min(args.eval_blocks, len(blocks) // 10)
     train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out
