@@ -573,6 +573,8 @@ class Blocks:
 
     def split(self, at):
         """(blocks[:at], blocks[at:]) as Blocks over the same tokens (the held-out tail)."""
+        if not 0 <= at <= self.count:
+            raise IndexError(f"split point {at} outside [0, {self.count}]")
         head = Blocks(self.tokens, self.max_len, self.cls_id, self.sep_id, self.first, at)
         return head, Blocks(self.tokens, self.max_len, self.cls_id, self.sep_id, self.first + at, self.count - at)
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from data import DataError, load_tokenizer, make_blocks, mask_tokens, tokenize_corpus
+from data import DataError, load_tokenizer, make_blocks, mask_tokens, token_cache_path, tokenize_corpus
 from model import SIZES, BertConfig, BertForPreTraining
 
 
@@ -655,12 +655,11 @@ def train(args):
     else:
         cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
                                    tie_word_embeddings=not args.untie_embeddings)
-    if master:  # rank 0 tokenises (and caches) first; the others then read the cache
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    if world > 1:
-        dist.barrier()
-    if not master:
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
+    if not master:  # rank 0 tokenises and caches (hours for the paper's corpora); the others wait
+        cache = token_cache_path(args.data, tok, args.cache_dir)  # for its file, not in a collective
+        while not cache.exists():  # that would time out (NCCL: 10 min); torchrun ends them if rank 0 fails
+            time.sleep(2)
+    tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
     blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
     n_eval = min(args.eval_blocks, len(blocks) // 10)
     train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out

@@ -356,8 +356,11 @@ def test_make_blocks():
             data.make_blocks(tokens, bad, 2, 3)
     with pytest.raises(DataError, match="fewer than one block"):
         data.make_blocks(tokens[:100], 128, 2, 3)
+    for bad in (np.array([0, len(blocks)]), [-1]):
+        with pytest.raises(IndexError):
+            blocks[bad]
     with pytest.raises(IndexError):
-        blocks[np.array([0, len(blocks)])]
+        blocks.split(len(blocks) + 1)
 
 
 @pytest.mark.parametrize("n_tokens, max_len", [(1000, 64), (1001, 8), (62, 64), (5000, 512)])
