@@ -177,8 +177,10 @@ def main(argv=None):
     p.add_argument("--data", default=None, help="text for the contextual score (as taco.py --data); "
                    "default: the run's own --data, else toy")
     p.add_argument("--max_len", type=int_range(8, 512), default=None, help="block length; default: the run's, else 128")
-    p.add_argument("--eval_blocks", type=int_range(2), default=64, help="held-out blocks: the corpus's last ones, as in taco.py")
-    p.add_argument("--batch_size", type=int_range(2), default=32, help="blocks per batch; 'inter' pairs come from one batch")
+    p.add_argument("--eval_blocks", type=int_range(2), default=64,
+                   help="held-out blocks: the corpus's last ones, as in taco.py")
+    p.add_argument("--batch_size", type=int_range(2), default=32,
+                   help="blocks per batch; 'inter' pairs come from one batch")
     p.add_argument("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
     p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
                    "or toy: the toy corpus's wordsim.txt")

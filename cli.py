@@ -21,6 +21,14 @@ class UsageError(ValueError):
     """A mistake the user can fix (a flag, a path, a file): one `error:` line, exit 2."""
 
 
+class Interrupted(Exception):
+    """A run stopped by a signal after saving its state: exit 128 + the signal's number."""
+
+    def __init__(self, signum, message=""):
+        super().__init__(message)
+        self.signum = signum
+
+
 # ----------------------------------------------------------------------------- flags
 
 def int_range(lo, hi=None):
@@ -64,6 +72,7 @@ def list_of(parse, empty_ok=False):
     parse_list.__name__ = "list"
     return parse_list
 
+
 def _interval(lo, hi, lo_open, hi_open):
     return f"{'(' if lo_open else '['}{lo}, {'inf)' if hi is None else str(hi) + (')' if hi_open else ']')}"
 
@@ -73,6 +82,22 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         fail(message)
+
+
+def device(spec):
+    """--device (None: cuda if available) -> torch.device; one line if it cannot be used here."""
+    import torch
+    try:
+        dev = torch.device(spec or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError:
+        raise UsageError(f"--device {spec}: expected cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {spec}: only cpu and cuda are supported")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {spec}: PyTorch sees no CUDA device here; use --device cpu")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return dev
 
 
 # ----------------------------------------------------------------------------- the error path
@@ -104,29 +129,6 @@ def errors():
         print("interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
 
-class Interrupted(Exception):
-    """A run stopped by a signal after saving its state: exit 128 + the signal's number."""
-
-    def __init__(self, signum, message=""):
-        super().__init__(message)
-        self.signum = signum
-
-
-def device(spec):
-    """--device (None: cuda if available) -> torch.device; one line if it cannot be used here."""
-    import torch
-    try:
-        dev = torch.device(spec or ("cuda" if torch.cuda.is_available() else "cpu"))
-    except RuntimeError:
-        raise UsageError(f"--device {spec}: expected cpu, cuda or cuda:N") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device {spec}: only cpu and cuda are supported")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {spec}: PyTorch sees no CUDA device here; use --device cpu")
-    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
-        raise UsageError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) here")
-    return dev
-
 
 # ----------------------------------------------------------------------------- paths
 
@@ -150,7 +152,8 @@ def output_path(path, flag, folder):
     """Check an output path before any work: a folder (created later if missing), or a file
     in an existing folder; either must be writable. Creates nothing."""
     if os.path.exists(path) and os.path.isdir(path) != folder:
-        raise UsageError(f"{flag} {path} is a {'file' if folder else 'folder'}; pass a {'folder' if folder else 'file'}")
+        want, got = ("folder", "file") if folder else ("file", "folder")
+        raise UsageError(f"{flag} {path} is a {got}; pass a {want}")
     existing = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
     if not folder and not os.path.isdir(existing):
         raise UsageError(f"{flag} {path}: its folder {existing} does not exist")
@@ -189,6 +192,19 @@ def write_json(path, obj):
 
 def write_jsonl(path, records):
     atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in records).encode()))
+
+
+def append_jsonl(path, record):
+    """Append one record as a line; a torn last line (a kill during an earlier append) is
+    dropped first, so that it cannot glue itself to the new line."""
+    if os.path.exists(path) and os.path.getsize(path):
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        if torn:
+            write_jsonl(path, read_jsonl(path))
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def read_json(path):

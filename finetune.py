@@ -251,7 +251,7 @@ def load_pretrained(spec):
     `spec`: a taco run directory (its newest valid checkpoint), a checkpoint file, or a
     Hugging Face directory (config.json + weights + vocab.txt). The task head is always new.
     """
-    if not os.path.exists(spec):
+    if not os.path.lexists(spec):
         raise FinetuneError(f"--model {spec} does not exist; pre-train one (python taco.py) or pass a "
                             f"taco run directory, a checkpoint file or a Hugging Face model directory")
     source = latest_checkpoint(spec) if os.path.isdir(spec) else spec
@@ -432,21 +432,27 @@ def get_args(argv=None):
                    "MNLI dev_matched, ...) or .csv/.json/.jsonl with the hub's column names; may hold "
                    "one folder per task named as in GLUE (CoLA, SST-2, ...)")
     p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; None: their usual places")
-    p.add_argument("--max_len", type=int_range(4, 512), default=128, help="tokens per example, [CLS] and [SEP]s included")
+    p.add_argument("--max_len", type=int_range(4, 512), default=128,
+                   help="tokens per example, [CLS] and [SEP]s included")
     # model
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint "
                    "file, or Hugging Face BERT directory (config.json, weights, vocab.txt)")
     # optimisation: the plural flags give a grid of comma-separated values
     p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
                    help="peak learning rate; None: 2e-5 for hidden size >= 512 (small, base, large), else 5e-4")
-    p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None, help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
+    p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
+                   help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
-    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid of batch sizes, e.g. 16,32")
+    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None,
+                   help="grid of batch sizes, e.g. 16,32")
     p.add_argument("--epochs", type=int_range(1), default=3, help="training epochs")
     p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1, help="seed of the head's init, the data order and dropout")
-    p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None, help="seeds for every configuration, e.g. 1,2,3,4,5")
-    p.add_argument("--warmup", type=float_range(0), default=0.1, help="linear warm-up: a fraction of all steps if < 1, else steps")
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1,
+                   help="seed of the head's init, the data order and dropout")
+    p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
+                   help="seeds for every configuration, e.g. 1,2,3,4,5")
+    p.add_argument("--warmup", type=float_range(0), default=0.1,
+                   help="linear warm-up: a fraction of all steps if < 1, else steps")
     p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
@@ -504,8 +510,7 @@ def finetune(args):
         for lr, bs, epochs, seed in grid:
             record, model = run_one(task, data, config, weights, args, lr, bs, epochs, seed)
             if args.rank == 0:
-                with open(results, "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                cli.append_jsonl(results, record)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
@@ -519,7 +524,7 @@ def finetune(args):
 
 
 def main(argv=None):
-    """The command line; user mistakes end in one `error:` line (cli.run, docs/robustness.md)."""
+    """The command line; user mistakes end in one `error:` line (cli.errors, docs/robustness.md)."""
     with cli.errors():
         finetune(get_args(argv))
 

@@ -189,20 +189,24 @@ def main(argv=None):
     # pre-training: None = taco.py's default for --size
     p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
     p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
-    p.add_argument("--steps", type=int_range(0), default=1200, help="pre-training steps (0: taco.py's recipe for --size; "
+    p.add_argument("--steps", type=int_range(0), default=1200,
+                   help="pre-training steps (0: taco.py's recipe for --size; "
                    "tiny's 600 ends before MLM has left its unigram plateau)")
     p.add_argument("--save_every", type=int_range(1), default=300, help="checkpoint (and measure) every N steps")
     p.add_argument("--max_len", type=int_range(8, 512), default=None, help="pre-training block length")
     p.add_argument("--batch_size", type=int_range(1), default=None, help="pre-training global batch")
     p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="pre-training peak learning rate")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="pre-training seed, shared by every objective")
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0,
+                   help="pre-training seed, shared by every objective")
     p.add_argument("--taco_args", default="", help="further taco.py flags for every objective, e.g. '--warmup 100'")
     p.add_argument("--launcher", default="", help="command in front of taco.py, e.g. 'torchrun --nproc_per_node=8' "
                    "(default: this Python)")
     p.add_argument("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
     # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
-    p.add_argument("--ft_seeds", type=cli.list_of(int_range(0, 2**32 - 1), empty_ok=True), default=[1, 2, 3], help="fine-tuning seeds per checkpoint ('' = none)")
-    p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning learning rate (default: finetune.py's, "
+    p.add_argument("--ft_seeds", type=cli.list_of(int_range(0, 2**32 - 1), empty_ok=True), default=[1, 2, 3],
+                   help="fine-tuning seeds per checkpoint ('' = none)")
+    p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None,
+                   help="fine-tuning learning rate (default: finetune.py's, "
                    "5e-4 below hidden size 512, else 2e-5)")
     p.add_argument("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
     p.add_argument("--ft_batch_size", type=int_range(1), default=32, help="fine-tuning batch size")

@@ -19,7 +19,6 @@ from it, the per-device batch and the world size, so every launch above optimise
 import argparse
 import contextlib
 import hashlib
-import json
 import math
 import os
 import signal
@@ -220,7 +219,8 @@ def get_args(argv=None):
     p.add_argument("--tc_weight", type=float_range(0), default=1.0, help="lambda in loss = MLM + lambda * TC")
     p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
                    help="anchors of the TC loss: every real token, or only masked / unmasked ones")
-    p.add_argument("--window", type=int_range(2), default=5, help="W: positives lie within W//2 positions of the anchor")
+    p.add_argument("--window", type=int_range(2), default=5,
+                   help="W: positives lie within W//2 positions of the anchor")
     p.add_argument("--negatives", type=int_range(1), default=50, help="K: negatives per anchor, from other sequences")
     p.add_argument("--temperature", type=float_range(0, lo_open=True), default=0.07, help="tau of the InfoNCE softmax")
     p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=0.15,
@@ -239,12 +239,15 @@ def get_args(argv=None):
     # optimisation
     p.add_argument("--steps", type=int_range(1), default=None, help="optimizer steps (default: from --size)")
     p.add_argument("--warmup", type=int_range(0), default=None, help="linear warm-up steps (default: from --size)")
-    p.add_argument("--batch_size", type=int_range(1), default=None, help="global batch in sequences (default: from --size)")
+    p.add_argument("--batch_size", type=int_range(1), default=None,
+                   help="global batch in sequences (default: from --size)")
     p.add_argument("--device_batch_size", type=int_range(1), default=32, help="sequences per device per micro-step")
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate (default: from --size)")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
+                   help="peak learning rate (default: from --size)")
     p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
     p.add_argument("--clip", type=float_range(0, lo_open=True), default=1.0, help="gradient-norm clipping")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="seeds init, data order, masking and sampling")
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0,
+                   help="seeds init, data order, masking and sampling")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
@@ -334,7 +337,8 @@ def save_checkpoint(out, state, keep_last):
     """
     path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
     cli.atomic_write(path, lambda f: torch.save(state, f))
-    cli.write_json(path[:-3] + ".json", {"step": state["step"], "bytes": os.path.getsize(path), "sha256": _sha256(path)})
+    manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": _sha256(path)}
+    cli.write_json(path[:-3] + ".json", manifest)
     for old in list_checkpoints(out)[keep_last:]:
         for p in (old, old[:-3] + ".json"):
             with contextlib.suppress(FileNotFoundError):
@@ -418,7 +422,8 @@ def prepare_out(args, ckpt, overwrite):
     """Refuse to clobber another run; on resume, refuse a changed configuration. The settings
     compared are the checkpoint's own (config.json is a copy for people to read)."""
     if ckpt is not None:
-        changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and ckpt["args"].get(k) != v)
+        old = ckpt.get("args", {})
+        changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and old.get(k) != v)
         if changed and not args.force:
             raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
                              f"{', '.join(changed)}; pass --force to accept them")
@@ -599,7 +604,8 @@ def train(args, cleanup):
         # fp16's scaler handles overflowing gradients itself; any other non-finite value is a fault.
         # One host sync per step for both checks and for a stop signal, agreed by all ranks.
         ok = torch.isfinite(sums).all() & (torch.isfinite(grad_norm) | (dtype == "fp16"))
-        bad, signum = all_ranks_max(torch.stack([(~ok).float(), torch.tensor(float(stop.signum), device=device)]))
+        flags = torch.stack([(~ok).float(), torch.full((), float(stop.signum), device=device)])
+        bad, signum = all_ranks_max(flags)
         stopping = signum and step + 1 < args.steps
         if bad:
             optimizer.zero_grad(set_to_none=True)
@@ -627,8 +633,7 @@ def train(args, cleanup):
                 last_eval = evaluate(raw, eval_blocks, tok, args, device)
                 record = {"step": done, **record, **last_eval}
             if record:
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                cli.append_jsonl(metrics_path, record)
             if done % args.save_every == 0 or done == args.steps or stopping:
                 last_ckpt = save_checkpoint(args.out, {
                     "model": raw.state_dict(), "optimizer": optimizer.state_dict(),
@@ -639,9 +644,9 @@ def train(args, cleanup):
         if stopping:  # every rank stops after the same step, once rank 0 has saved it
             if world > 1:
                 dist.barrier()
-            raise cli.Interrupted(int(signum), f"stopped by {signal.Signals(int(signum)).name} after step {done}: "
-                                  f"saved {last_ckpt}; to continue, run the same command with --resume"
-                                  if master else "")
+            name = signal.Signals(int(signum)).name
+            raise cli.Interrupted(int(signum), f"stopped by {name} after step {done}: saved {last_ckpt}; "
+                                  f"to continue, run the same command with --resume" if master else "")
     if master and last_eval:
         print(f"done: eval MLM loss {last_eval['eval_mlm_loss']:.3f}, acc {last_eval['eval_mlm_acc']:.3f}, "
               f"contextual score {last_eval['ctx_score']:.3f} (intra {last_eval['ctx_intra']:.3f}, "
@@ -651,7 +656,7 @@ def train(args, cleanup):
 
 
 def main(argv=None):
-    """The command line; user mistakes end in one `error:` line (cli.run, docs/robustness.md)."""
+    """The command line; user mistakes end in one `error:` line (cli.errors, docs/robustness.md)."""
     with cli.errors(), contextlib.ExitStack() as cleanup:
         train(get_args(argv), cleanup)
 
