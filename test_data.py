@@ -86,6 +86,18 @@ def test_bad_vocab(tmp_path, content, needle):
         WordPieceTokenizer(path)
 
 
+def test_vocab_with_bom_or_windows_line_ends(tmp_path):
+    """An editor's byte-order mark or CRLF line ends do not change the tokens (not 'lacks [PAD]')."""
+    plain = tmp_path / "plain.txt"
+    write_vocab(plain, SMALL)
+    for name, content in [("bom.txt", b"\xef\xbb\xbf" + plain.read_bytes()),
+                          ("crlf.txt", plain.read_bytes().replace(b"\n", b"\r\n")),
+                          ("both.txt", b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))]:
+        (tmp_path / name).write_bytes(content)
+        tok = WordPieceTokenizer(tmp_path / name)
+        assert tok.ids_to_tokens == list(SMALL) and tok.pad_id == SMALL.index("[PAD]")
+
+
 def test_load_tokenizer(tmp_path, monkeypatch):
     write_vocab(tmp_path / "vocab.txt", SMALL)
     assert data.load_tokenizer(tmp_path).vocab_size == len(SMALL)  # folder
