@@ -10,7 +10,8 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
     python taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --standalone --nproc_per_node=8 taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_backend=c10d \
-        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base
+        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base \
+        --device_batch_size 40   # 1,280 / 16 processes = 80 = 2 micro-steps of 40
     # (the same on the second node with --node_rank=1)
 
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
@@ -244,6 +245,10 @@ RECIPES = {
     "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
 }
 
+# The paper's corpora (Wikipedia + BookCorpus, bert-base-uncased vocab) for --size small and
+# up; the sizes below train on the offline toy corpus by default.
+PAPER_DATA, TOY_SIZES = "wikipedia,bookcorpus", ("tiny", "mini")
+
 # Settings that may change between a run and its --resume without making it another run.
 RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
              "skip_nonfinite", "compile", "plain_tc", "num_proc", "cache_dir", "device", "device_batch_size"}
@@ -276,15 +281,21 @@ def get_args(argv=None):
     p.add_argument("--mlm_probability", type=float, default=0.15, help="fraction of tokens masked")
     p.add_argument("--predict_all", action="store_true", help="MLM+TP ablation: add a token-prediction loss, "
                    "the mean over the unmasked tokens, to MLM's mean over the masked ones")
-    p.add_argument("--freeze_embeddings", action="store_true", help="keep the embedding layer at its init (Fig. 4)")
+    p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
+                   "Hugging Face directory (weights only: new optimizer and schedule; the model size is the init's)")
+    p.add_argument("--freeze_embeddings", action="store_true",
+                   help="keep the whole embedding layer (word, position, type, LayerNorm) at its init: "
+                   "random, or with --init trained (the paper's Fig. 4)")
     p.add_argument("--untie_embeddings", action="store_true", help="separate MLM decoder matrix (Appendix B)")
     # data
-    p.add_argument("--data", default="toy", help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or folders")
+    p.add_argument("--data", default=None, help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or "
+                   "folders (default: toy for --size tiny and mini, else the paper's wikipedia,bookcorpus)")
     p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
                    "for --data toy, else bert-base-uncased)")
     p.add_argument("--max_len", type=int, default=None, help="tokens per block (default: from --size)")
     p.add_argument("--cache_dir", default=None, help="where tokenised corpora are cached (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: all cores)")
+    p.add_argument("--num_proc", type=int, default=None,
+                   help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--eval_blocks", type=int, default=64, help="blocks held out for evaluation")
     # optimisation
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: from --size)")
@@ -316,8 +327,11 @@ def get_args(argv=None):
     for k, v in recipe.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    if args.vocab is None:
-        args.vocab = "toy" if args.data == "toy" else "bert-base-uncased"
+    if args.data is None:
+        args.data = "toy" if args.size in TOY_SIZES else PAPER_DATA
+    if args.vocab is None:  # the init's own vocabulary, else the data's usual one
+        args.vocab = (vocab_beside(args.init) if args.init else
+                      "toy" if args.data == "toy" else "bert-base-uncased")
     return args
 
 
@@ -462,6 +476,46 @@ def load_checkpoint(path):
         raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
 
 
+def find_weights(spec):
+    """-> (file or folder to load, is_hf) for a taco run directory (its newest valid
+    checkpoint), a checkpoint file, or a Hugging Face directory (config.json + weights)."""
+    if not os.path.exists(spec):
+        raise UsageError(f"{spec} does not exist: pass a taco run directory, a checkpoint file "
+                         f"or a Hugging Face model directory")
+    if os.path.isfile(spec):
+        return spec, False
+    source = latest_checkpoint(spec)
+    if source is not None:
+        return source, False
+    if os.path.isfile(os.path.join(spec, "config.json")) and any(
+            os.path.isfile(os.path.join(spec, w)) for w in ("model.safetensors", "pytorch_model.bin")):
+        return spec, True
+    raise UsageError(f"{spec} holds no valid taco checkpoint (ckpt_*.pt with its manifest) and is "
+                     f"not a Hugging Face directory (config.json + model.safetensors)")
+
+
+def vocab_beside(source):
+    """The vocab.txt that goes with a checkpoint file or a model directory."""
+    return os.path.join(source if os.path.isdir(source) else os.path.dirname(source), "vocab.txt")
+
+
+def load_init(spec):
+    """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue
+    from -> (config, state_dict, source). Weights only: optimizer, schedule and step start anew.
+    A Hugging Face encoder without an MLM head gets a fresh head (with a note)."""
+    source, is_hf = find_weights(spec)
+    try:
+        if is_hf:
+            model = BertForPreTraining.from_pretrained(source)
+            return model.config, model.state_dict(), source
+        state = load_checkpoint(source)
+        return BertConfig.from_dict(state["model_config"]), state["model"], source
+    except UsageError:
+        raise
+    except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
+        raise UsageError(f"cannot load --init {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
+
+
 # ----------------------------------------------------------------------------- distributed set-up
 
 def setup_distributed(device_arg):
@@ -587,16 +641,29 @@ def train(args):
     if args.resume and resume_from is None and not restarted:
         raise UsageError(f"--resume: no valid checkpoint in {args.out}")
     resuming = resume_from is not None
+    if master and "toy" in args.data.split(",") and args.size not in TOY_SIZES:
+        print(f"warning: --size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's "
+              f"run: that is the default --data {PAPER_DATA}", file=sys.stderr)
+    if args.init:  # the init's architecture; its weights are loaded below unless resuming
+        cfg, init_state, init_source = load_init(args.init)
     tok = load_tokenizer(args.vocab, args.cache_dir)
+    if args.init:
+        if cfg.vocab_size != tok.vocab_size:
+            raise UsageError(f"--init {args.init} has a vocabulary of {cfg.vocab_size} but --vocab {args.vocab} "
+                             f"has {tok.vocab_size}: pass the init's vocab.txt (the default)")
+        cfg.tie_word_embeddings = not args.untie_embeddings
+    else:
+        cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
+                                   tie_word_embeddings=not args.untie_embeddings)
     if master:  # rank 0 tokenises (and caches) first; the others then read the cache
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
     if world > 1:
         dist.barrier()
     if not master:
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)
+    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
     n_eval = min(args.eval_blocks, len(blocks) // 10)
-    train_blocks, eval_blocks = blocks[:len(blocks) - n_eval], blocks[len(blocks) - n_eval:]
+    train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out
     steps_per_epoch = len(train_blocks) // args.batch_size
     if steps_per_epoch == 0:
         raise UsageError(f"the corpus gives {len(train_blocks)} training blocks of {args.max_len} tokens, "
@@ -610,10 +677,14 @@ def train(args):
     autocast = (contextlib.nullcontext() if dtype == "fp32" else
                 torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16))
     torch.manual_seed(args.seed)  # the same init on every rank
-    cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
-                               tie_word_embeddings=not args.untie_embeddings)
     raw = BertForPreTraining(cfg).to(device)
+    if args.init and not resuming:
+        if cfg.tie_word_embeddings:  # one shared matrix: the input embeddings (an untied init's decoder is dropped)
+            init_state = {**init_state, "mlm.decoder.weight": init_state["bert.embeddings.word.weight"]}
+        raw.load_state_dict(init_state)
     if args.freeze_embeddings:
+        # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
+        # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
         raw.bert.embeddings.requires_grad_(False)
     optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
@@ -637,6 +708,8 @@ def train(args):
     if master:
         with open(os.path.join(args.out, "config.json"), "w") as f:
             json.dump({"args": vars(args), "model_config": asdict(cfg), "world_size": world,
+                   "init": {"source": init_source, "sha256": _sha256(init_source) if os.path.isfile(init_source)
+                            else None} if args.init else None,
                        "accumulation": accum, "dtype": dtype, "train_blocks": len(train_blocks),
                        "eval_blocks": n_eval, "parameters": sum(p.numel() for p in raw.parameters())},
                       f, indent=2)
@@ -649,6 +722,7 @@ def train(args):
         print(f"{args.objective} | {args.size} ({sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M params) | "
               f"{len(train_blocks)} blocks x {args.max_len} | batch {args.batch_size} = {world} x "
               f"{accum} x {args.device_batch_size} | {dtype} on {device.type}"
+              + (f" | init {init_source}" if args.init else "")
               + (f" | resumed at step {start}" if resuming else ""))
 
     per_rank = args.batch_size // world
@@ -663,7 +737,9 @@ def train(args):
             os._exit(13)
         epoch, i = divmod(step, steps_per_epoch)
         if epoch != perm_epoch:  # a fresh shuffle each epoch, the same on every rank
-            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch))
+            # int32 (the same order as int64): 4 bytes a block, the one buffer that grows with the corpus
+            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch),
+                                  dtype=torch.int32)
             perm_epoch = epoch
         mine = perm[i * args.batch_size:(i + 1) * args.batch_size][rank * per_rank:(rank + 1) * per_rank]
         lr = get_lr(step, args.lr, args.warmup, args.steps)

@@ -515,6 +515,43 @@ def test_objectives_and_ablations_run(tmp_path):
     assert not torch.equal(ckpt["mlm.decoder.weight"], ckpt["bert.embeddings.word.weight"])
 
 
+def test_init_continues_from_trained_weights_with_a_fresh_optimizer(tmp_path, capsys):
+    """--init RUN|ckpt|HF dir: weights only. With --freeze_embeddings it is Fig. 4's second
+    variant: the *trained* embedding layer stays exactly as the init left it."""
+    first, cont = str(tmp_path / "first"), str(tmp_path / "cont")
+    assert run_taco(FAST + ["--steps", "4", "--out", first]) == 0
+    trained = final_weights(first, 4)
+    assert run_taco(FAST + ["--steps", "2", "--out", cont, "--init", first, "--freeze_embeddings"]) == 0
+    ckpt = torch.load(os.path.join(cont, "ckpt_00000002.pt"), weights_only=True)
+    for k in ("word", "position", "token_type", "norm"):  # the whole embedding layer, frozen
+        for name, v in trained.items():
+            if name.startswith(f"bert.embeddings.{k}."):
+                assert torch.equal(ckpt["model"][name], v), name
+    moved = "bert.layers.0.mlp.fc.weight"
+    assert not torch.equal(ckpt["model"][moved], trained[moved])  # the rest trains on
+    assert max(s["step"].item() for s in ckpt["optimizer"]["state"].values()) == 2  # a new optimizer
+    config = json.load(open(os.path.join(cont, "config.json")))
+    assert config["init"]["source"].endswith("ckpt_00000004.pt") and len(config["init"]["sha256"]) == 64
+
+    hf = str(tmp_path / "hf")  # a Hugging Face directory works the same way
+    model = BertForPreTraining(BertConfig(**json.load(open(os.path.join(first, "config.json")))["model_config"]))
+    model.load_state_dict(trained)
+    model.save_pretrained(hf, vocab_file=os.path.join(first, "vocab.txt"))
+    assert run_taco(FAST + ["--steps", "2", "--out", str(tmp_path / "from_hf"), "--init", hf,
+                            "--freeze_embeddings"]) == 0
+    from_hf = final_weights(str(tmp_path / "from_hf"), 2)
+    assert torch.equal(from_hf["bert.embeddings.word.weight"], trained["bert.embeddings.word.weight"])
+
+    capsys.readouterr()
+    assert run_taco(FAST + ["--out", str(tmp_path / "x"), "--init", str(tmp_path / "nothing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bigger = tmp_path / "vocab.txt"
+    bigger.write_text(open(os.path.join(first, "vocab.txt")).read() + "extra\n")
+    assert run_taco(FAST + ["--out", str(tmp_path / "y"), "--init", first, "--vocab", str(bigger)]) == 2
+    err = capsys.readouterr().err
+    assert "has a vocabulary of" in err and "Traceback" not in err and not (tmp_path / "y").exists()
+
+
 def test_nonfinite_loss_stops_or_skips(tmp_path, monkeypatch, capsys):
     real = taco.compute_loss
     calls = {"n": 0}
