@@ -169,6 +169,9 @@ def test_bench_prints_table_and_machine_readable_lines(capsys):
     rows = [line for line in out if line.startswith("| ") and "---" not in line]
     assert [r.split("|")[1].strip() for r in rows] == ["variant"] + bench.VARIANTS
     assert all(float(r.split("|")[5].replace(",", "")) > 0 for r in rows[1:])  # peak MB measured
+    # 2 x 16 tokens, K = 50, H = 128: the product route; forward 32 x 32 x 128 + backward 32 x 51 x 128
+    flops = next(l for l in out if l.startswith("TC similarities per step"))
+    assert f"taco {2 * (32 * 32 + 32 * 51) * 128 / 1e9:.3g} GFLOP by the product route" in flops
     name, value = out[-2].split(": ")
     assert name == "speedup_vs_hf" and float(value) > 0
     name, value = out[-1].split(": ")
