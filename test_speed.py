@@ -62,12 +62,13 @@ def test_tc_loss_equals_plain_form_under_autocast(B, T, K):
         torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["cpu"] + ["cuda"] * torch.cuda.is_available())
 @pytest.mark.parametrize("keys", [12, 300])  # the product route, the sampled route
-def test_sampled_cosines_gradcheck(keys):
+def test_sampled_cosines_gradcheck(keys, device):
     torch.manual_seed(0)
-    a = torch.randn(7, 5, dtype=torch.double, requires_grad=True)
-    z = torch.randn(keys, 5, dtype=torch.double)
-    cols = torch.randint(0, keys, (7, 4))
+    a = torch.randn(7, 5, dtype=torch.double, device=device, requires_grad=True)
+    z = torch.randn(keys, 5, dtype=torch.double, device=device)
+    cols = torch.randint(0, keys, (7, 4), device=device)
     cols[0] = cols[0, 0]  # the same row drawn several times
     assert similarity_route(7, keys, 4, 5)[0] == ("product" if keys == 12 else "sampled")
     assert torch.autograd.gradcheck(lambda a: SampledCosines.apply(a, z, cols), (a,))
