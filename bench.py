@@ -273,9 +273,9 @@ def measure(args, argv):
           f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
     n = args.batch_size * args.max_len  # anchors = keys: every token of the micro-batch
     route, madds = similarity_route(n, n, 1 + 50, cfg.hidden_size)
-    print(f"TC similarities per step (forward + backward): taco {2 * madds / 1e9:.2f} GFLOP by the {route} route; "
-          f"the plain einsum {4 * n * 51 * cfg.hidden_size / 1e9:.2f} GFLOP; an N x N product "
-          f"{2 * (n * n + n * 51) * cfg.hidden_size / 1e9:.2f} GFLOP")
+    print(f"TC similarities per step (forward + backward): taco {2 * madds / 1e9:.3g} GFLOP by the {route} route; "
+          f"the plain einsum {4 * n * 51 * cfg.hidden_size / 1e9:.3g} GFLOP; an N x N product "
+          f"{2 * (n * n + n * 51) * cfg.hidden_size / 1e9:.3g} GFLOP")
     print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
     print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
 

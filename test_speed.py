@@ -62,12 +62,13 @@ def test_tc_loss_equals_plain_form_under_autocast(B, T, K):
         torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["cpu"] + ["cuda"] * torch.cuda.is_available())
 @pytest.mark.parametrize("keys", [12, 300])  # the product route, the sampled route
-def test_sampled_cosines_gradcheck(keys):
+def test_sampled_cosines_gradcheck(keys, device):
     torch.manual_seed(0)
-    a = torch.randn(7, 5, dtype=torch.double, requires_grad=True)
-    z = torch.randn(keys, 5, dtype=torch.double)
-    cols = torch.randint(0, keys, (7, 4))
+    a = torch.randn(7, 5, dtype=torch.double, device=device, requires_grad=True)
+    z = torch.randn(keys, 5, dtype=torch.double, device=device)
+    cols = torch.randint(0, keys, (7, 4), device=device)
     cols[0] = cols[0, 0]  # the same row drawn several times
     assert similarity_route(7, keys, 4, 5)[0] == ("product" if keys == 12 else "sampled")
     assert torch.autograd.gradcheck(lambda a: SampledCosines.apply(a, z, cols), (a,))
@@ -169,6 +170,9 @@ def test_bench_prints_table_and_machine_readable_lines(capsys):
     rows = [line for line in out if line.startswith("| ") and "---" not in line]
     assert [r.split("|")[1].strip() for r in rows] == ["variant"] + bench.VARIANTS
     assert all(float(r.split("|")[5].replace(",", "")) > 0 for r in rows[1:])  # peak MB measured
+    # 2 x 16 tokens, K = 50, H = 128: the product route; forward 32 x 32 x 128 + backward 32 x 51 x 128
+    flops = next(l for l in out if l.startswith("TC similarities per step"))
+    assert f"taco {2 * (32 * 32 + 32 * 51) * 128 / 1e9:.3g} GFLOP by the product route" in flops
     name, value = out[-2].split(": ")
     assert name == "speedup_vs_hf" and float(value) > 0
     name, value = out[-1].split(": ")

@@ -335,6 +335,70 @@ def test_positive_offsets_are_uniform_over_the_window(W, reach):
     assert chi2 < dof + 5 * math.sqrt(2 * dof)  # ~5 sigma above the chi-square mean
 
 
+GLOBAL = dict(world=2, B=2, T=10, H=16, K=7, tau=0.5, seed=5)  # a tau that keeps the closed form above rounding
+
+
+def global_batch(orthogonal):
+    """The global micro-batch (world * B sequences) that the ranks split between them."""
+    n, T, H = GLOBAL["world"] * GLOBAL["B"], GLOBAL["T"], GLOBAL["H"]
+    if orthogonal:
+        return orthogonal_states(n, T, H)
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(n, T, H, generator=gen), torch.randn(n, T, H, generator=gen)
+
+
+def global_negatives_worker(rank, port, out):
+    """One rank of --negatives_from global: its loss and gradient, and the pool it gathered."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=GLOBAL["world"])
+    mine = slice(rank * GLOBAL["B"], (rank + 1) * GLOBAL["B"])
+    result = {}
+    for orthogonal in (False, True):
+        h, e = global_batch(orthogonal)
+        h = h[mine].clone().requires_grad_(True)
+        loss = tc_loss(h, e[mine], num_negatives=GLOBAL["K"], temperature=GLOBAL["tau"],
+                       generator=torch.Generator().manual_seed(GLOBAL["seed"]), group=dist.group.WORLD)
+        loss.backward()
+        result[orthogonal] = (loss.detach(), h.grad)
+    z = F.normalize(h.detach() - e[mine], dim=-1).reshape(-1, GLOBAL["H"])
+    keys, pool, rows = taco.gather_pool(z, torch.ones(GLOBAL["B"], GLOBAL["T"], dtype=torch.bool), dist.group.WORLD)
+    torch.save({"result": result, "keys": keys, "pool": pool, "rows": (rows.start, rows.stop)},
+               os.path.join(out, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_global_negatives_equal_one_process_holding_both_micro_batches(tmp_path):
+    """--negatives_from global on 2 gloo processes: the pool is both ranks' detached global
+    parts in rank order; the anchor's own sequence stays excluded (orthogonal sequences: the
+    closed form); and each rank's loss and gradient are those of one process holding both
+    micro-batches with the same draws, its anchors restricted to that rank's sequences."""
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(global_negatives_worker, args=(port, str(tmp_path)), nprocs=GLOBAL["world"])
+    B, T, K, tau = GLOBAL["B"], GLOBAL["T"], GLOBAL["K"], GLOBAL["tau"]
+    for rank in range(GLOBAL["world"]):
+        got = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"), weights_only=True)
+        h, e = global_batch(orthogonal=True)
+        torch.testing.assert_close(got["keys"], F.normalize(h - e, dim=-1).reshape(-1, GLOBAL["H"]))  # the pool
+        assert got["pool"].all() and got["rows"] == (rank * B, (rank + 1) * B)
+        loss, _ = got["result"][True]
+        assert loss.item() == pytest.approx(math.log(1 + K * math.exp(-1 / tau)), rel=1e-4)  # exclusion
+        h, e = global_batch(orthogonal=False)
+        h.requires_grad_(True)
+        anchors = torch.zeros(len(h), T, dtype=torch.bool)
+        anchors[rank * B:(rank + 1) * B] = True
+        one = tc_loss(h, e, num_negatives=K, temperature=tau, generator=torch.Generator().manual_seed(GLOBAL["seed"]),
+                      positions=anchors)
+        one.backward()
+        loss, grad = got["result"][False]
+        torch.testing.assert_close(loss, one.detach())
+        torch.testing.assert_close(grad, h.grad[rank * B:(rank + 1) * B])
+        assert h.grad[anchors.logical_not()].abs().sum() == 0  # the other rank's sequences: no gradient
+
+
 def test_tc_refuses_a_single_sequence():
     h = torch.randn(1, 8, 4)
     with pytest.raises(ValueError, match="device_batch_size"):
@@ -915,13 +979,15 @@ def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path):
     weights of an uninterrupted one."""
     straight, faulty = str(tmp_path / "straight"), str(tmp_path / "faulty")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(torchrun_cmd("--out", straight), env=env, capture_output=True, text=True)
+    # --negatives_from global: the TC negatives come from both processes' micro-batches
+    r = subprocess.run(torchrun_cmd("--out", straight, "--negatives_from", "global"), env=env,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert taco.latest_checkpoint(straight).endswith("ckpt_00000016.pt")
     assert json.load(open(os.path.join(straight, "config.json")))["world_size"] == 2
     wrapper = tmp_path / "faulty_taco.py"
     wrapper.write_text(FAULTY_TACO.format(here=HERE))
-    cmd = torchrun_cmd("--out", faulty, restarts=2)
+    cmd = torchrun_cmd("--out", faulty, "--negatives_from", "global", restarts=2)
     cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-6000:]
