@@ -333,6 +333,23 @@ def test_study_smoke(tmp_path, capsys):
     assert capsys.readouterr().out.count("reusing the finished run") == 2
 
 
+def test_seeds_table_means_and_step_ratios():
+    """Mean ± std over pre-training seeds, and per seed the first step that reaches MLM's final
+    fine-tuned score: seed 0 at step 2 of 4 (0.50), seed 1 at step 4 (1.00), mean 0.75."""
+    def row(v, seed, step, ft, ctx):
+        return {"variant": v, "seed": seed, "step": step, "ft_mean": ft, "eval_mlm_loss": None, "ctx_score": ctx,
+                "ctx_doc_score": ctx, "wordsim_cooc": 0.5, "wordsim_spearman": float("nan")}
+    rows = [row("mlm", 0, 2, 0.6, 0.1), row("mlm", 0, 4, 0.7, 0.2), row("taco", 0, 2, 0.7, 0.3), row("taco", 0, 4, 0.8, 0.4),
+            row("mlm", 1, 2, 0.6, 0.3), row("mlm", 1, 4, 0.8, 0.4), row("taco", 1, 2, 0.7, 0.5), row("taco", 1, 4, 0.8, 0.6)]
+    table = study.format_seeds_table(rows, [0, 1])
+    assert "| mlm | 4 | – | 0.300 ± 0.141 | 0.300 ± 0.141 | 0.500 ± 0.000 | – | 75.0 ± 7.1 |" in table
+    assert "- taco: seed 0: step 2 (0.50; MLM final 70.0), seed 1: step 4 (1.00; MLM final 80.0); mean ratio 0.75" in table
+    assert "- mlm: seed 0: step 4 (1.00" in table
+    rows[-1]["ft_mean"] = 0.75  # seed 1's TACO never reaches 0.8
+    assert "- taco: seed 0: step 2 (0.50; MLM final 70.0), seed 1: not reached; not reached with every seed" in \
+        study.format_seeds_table(rows, [0, 1])
+
+
 @pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"]])
 def test_study_bad_input_exits_2_before_training(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
