@@ -78,14 +78,16 @@ def pretrain(name, args, seed, out_dir):
 
 
 def finetune_scores(config, weights, tok, args, ft):
-    """Fine-tune one encoder on the toy pair task with every seed -> dev main scores (acc+F1)/2."""
+    """Fine-tune one encoder on the toy pair task with every seed -> dev main scores (acc+F1)/2.
+    Learning rate, warm-up and weight decay: finetune.py's recipe for the model's size."""
+    recipe = finetune.ft_recipe(config)
+    fargs = argparse.Namespace(**{**vars(ft["args"]), "warmup": recipe["warmup"], "weight_decay": recipe["weight_decay"]})
     scores = []
     for seed in args.ft_seeds:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             # quiet: finetune prints a line and a progress bar per epoch
-            lr = args.ft_lr or (2e-5 if config.hidden_size >= 512 else 5e-4)
-            record, _ = finetune.run_one(finetune.TASKS["toy"], ft["data"], config, weights, ft["args"],
-                                         lr, args.ft_batch_size, args.ft_epochs, seed)
+            record, _ = finetune.run_one(finetune.TASKS["toy"], ft["data"], config, weights, fargs,
+                                         args.ft_lr or recipe["lr"], args.ft_batch_size, args.ft_epochs, seed)
         scores.append(record["metrics"]["main"])
     return scores
 
@@ -274,8 +276,8 @@ def main(argv=None):
     p.add_argument("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
     # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
     p.add_argument("--ft_seeds", type=ints, default=[1, 2, 3], help="fine-tuning seeds per checkpoint ('' = none)")
-    p.add_argument("--ft_lr", type=float, default=None, help="fine-tuning learning rate (default: finetune.py's, "
-                   "5e-4 below hidden size 512, else 2e-5)")
+    p.add_argument("--ft_lr", type=float, default=None, help="fine-tuning learning rate (default: finetune.py's "
+                   "recipe for the model size: 5e-4 for tiny / mini)")
     p.add_argument("--ft_epochs", type=int, default=2, help="fine-tuning epochs")
     p.add_argument("--ft_batch_size", type=int, default=32, help="fine-tuning batch size")
     p.add_argument("--ft_train", type=int, default=2000, help="training pairs used (0 = all 4000)")
