@@ -308,6 +308,12 @@ def main(argv=None):
             t_seed = time.time()
             out = args.out if len(args.seed) == 1 else os.path.join(args.out, f"seed{seed}")
             os.makedirs(out, exist_ok=True)
+            done = finished(out, args, seed)
+            if done:  # e.g. measured by `study.py --seed S --out OUT/seedS`: only the aggregate is new
+                print(f"seed {seed}: reusing the measured study in {out}")
+                rows += done["rows"]
+                wall[seed] = done["wall"][str(seed)]
+                continue
             runs = {name: pretrain(name, args, seed, out) for name in names}
             t_train = time.time() - t_seed
             if ft is None:  # the toy task, tokenised once; the run's vocab (all runs share it)
@@ -324,6 +330,18 @@ def main(argv=None):
         save(args.out, args, wall, rows, format_seeds_table(rows, args.seed))
     print(f"wall time: {round(time.time() - t0)} s")
     return rows
+
+
+def finished(out, args, seed):
+    """out/study.json if it holds this seed measured with the same settings, else None."""
+    skip = {"seed", "out", "plot", "threads"}  # where and how fast, not what
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        with open(os.path.join(out, "study.json")) as f:
+            saved = json.load(f)
+        same = all(saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip)
+        if same and str(seed) in saved["wall"] and {r["seed"] for r in saved["rows"]} == {seed}:
+            return saved
+    return None
 
 
 def finetune_data(args, vocab_file):

@@ -1,4 +1,5 @@
 """Tests for analyze.py and study.py: python -m pytest -q test_analyze.py"""
+import argparse
 import json
 import os
 import subprocess
@@ -348,6 +349,18 @@ def test_seeds_table_means_and_step_ratios():
     rows[-1]["ft_mean"] = 0.75  # seed 1's TACO never reaches 0.8
     assert "- taco: seed 0: step 2 (0.50; MLM final 70.0), seed 1: not reached; not reached with every seed" in \
         study.format_seeds_table(rows, [0, 1])
+
+
+def test_a_measured_seed_is_reused_only_with_the_same_settings(tmp_path, monkeypatch):
+    """`study.py --seed 1 --out OUT/seed1` then `--seed 0,1 --out OUT`: seed 1's rows are reused
+    when nothing but where-and-how-fast differs."""
+    args = lambda **kw: argparse.Namespace(**{"seed": [1], "out": str(tmp_path), "steps": 1200, "threads": 0, **kw})
+    monkeypatch.setattr(study, "plot", lambda rows, path: None)
+    study.save(str(tmp_path), args(plot=str(tmp_path / "p.png")), {1: {"total_s": 5}}, [{"seed": 1, "step": 0}], "table")
+    assert study.finished(str(tmp_path), args(seed=[0, 1], out="elsewhere", threads=1, plot=None), 1)["rows"] == [
+        {"seed": 1, "step": 0}]
+    assert study.finished(str(tmp_path), args(seed=[0, 1], plot=None, steps=600), 1) is None  # another budget
+    assert study.finished(str(tmp_path), args(seed=[0, 1], plot=None), 0) is None  # another seed
 
 
 @pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"]])
