@@ -1,12 +1,15 @@
 """Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022).
 
     contextual score  intra- minus inter-context similarity of last-layer states on held-out
-                      blocks (its Fig. 3b / Fig. 6, appendix A.3): cosine, or L1 / L2 distance
-    word similarity   cosine of the input embeddings of WordSim353-style pairs and its Spearman
-                      correlation with the human scores (its Fig. 3a)
+                      blocks (its Fig. 3b / Fig. 6, appendix A.3), and intra / inter (Table 9):
+                      cosine, dot product, or L1 / L2 / L10 distance; a context is a packed
+                      block, or one document of a block (documents end with [SEP] inside blocks)
+    word similarity   mean cosine of the input embeddings of the WordSim353-style pairs that
+                      co-occur in a held-out document (its Fig. 3a); extra: the Spearman
+                      correlation of the cosine with the human scores over all pairs
 
     python analyze.py --model runs/taco                       # toy corpus and toy word pairs
-    python analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,l1,l2 --json a.json
+    python analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json
     python analyze.py --model hf_bert_dir --data wikitext103 --pairs wordsim353.tsv --max_len 256
 
 For distances the score is inter - intra, so for every metric a positive score means that
@@ -25,54 +28,62 @@ from cli import int_range
 from data import load_tokenizer, make_blocks, tokenize_corpus, toy_corpus
 from finetune import load_pretrained, spearman
 from model import Bert
-from taco import UsageError, contextual_score
+from taco import UsageError, context_groups, pair_sums
 
-METRICS = ("cosine", "l1", "l2")
+METRICS = ("cosine", "dot", "l1", "l2", "l10")
 
 
 # ----------------------------------------------------------------------------- contextual score
 
-def distance_score(h, real, p):
-    """Mean L_p distance of two distinct tokens of one sequence (intra) and of two tokens of
-    different sequences (inter) of one batch. h: (B, T, H); real: (B, T) bool.
-    Returns the sums and pair counts so that batches can be pooled."""
+def distance_score(h, real, p, groups=None):
+    """Sums of the L_p distance over ordered pairs of distinct real tokens in the same context
+    (intra) and in different contexts (inter) of one batch, with their counts, so that batches
+    can be pooled. h: (B, T, H); real: (B, T) bool; groups: (B, T) context ids (default: block)."""
     B, T, H = h.shape
-    z = h.double()[real]  # (N, H) real tokens, grouped by sequence
-    seq = torch.arange(B, device=h.device).repeat_interleave(real.sum(1))  # (N,) their sequence
+    if groups is None:
+        groups = torch.arange(B, device=h.device)[:, None].expand(B, T)
+    z, g = h.double()[real], groups[real]  # (N, H), (N,) real tokens, grouped by block
+    block = torch.arange(B, device=h.device).repeat_interleave(real.sum(1))  # (N,) their block
     out = {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0}
-    for b in range(B):  # one sequence against all tokens: memory T x N, not N x N
-        d = torch.cdist(z[seq == b], z, p=p)  # (n_b, N); the diagonal (self) is 0
-        same = seq == b
-        n_b = int(same.sum())
-        out["intra_sum"] += d[:, same].sum().item()
-        out["intra_n"] += n_b * (n_b - 1)
-        out["inter_sum"] += d[:, ~same].sum().item()
-        out["inter_n"] += n_b * int((~same).sum())
+    for b in range(B):  # one block's tokens against all tokens: memory T x N, not N x N
+        rows = block == b
+        d = torch.cdist(z[rows], z, p=p)  # (n_b, N); self-distances are 0
+        same = g[rows][:, None] == g[None, :]  # (n_b, N) same context, self included
+        out["intra_sum"] += d[same].sum().item()
+        out["intra_n"] += int(same.sum()) - int(rows.sum())  # minus the self pairs
+        out["inter_sum"] += d[~same].sum().item()
+        out["inter_n"] += int((~same).sum())
     return out
 
 
 @torch.no_grad()
-def context_scores(encoder, batches, metrics=("cosine",)):
-    """{metric: {intra, inter, score}} of the encoder's last-layer states over `batches`.
-    Cosine is taco.contextual_score (score = intra - inter); L1 / L2 score = inter - intra."""
+def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
+    """{metric: {intra, inter, score, ratio}} of the encoder's last-layer states over `batches`
+    (the paper's Table 9). A context is a packed block, or with `sep_id` one document of a block
+    (taco.contextual_score's two forms; its cosine is this one). cosine / dot: mean similarity,
+    score = intra - inter; l1 / l2 / l10: mean distance, score = inter - intra: a positive score
+    always means a context's tokens are closer to each other than to other contexts' tokens.
+    ratio = intra / inter (> 1 for similarities, < 1 for distances means the same)."""
+    was_training = encoder.training
+    encoder.eval()
+    sums = {m: {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0} for m in metrics}
+    for ids in batches:
+        h, _ = encoder(ids)
+        real = torch.ones(ids.shape, dtype=torch.bool, device=ids.device)
+        groups = context_groups(ids, sep_id)
+        for m in metrics:
+            if m in ("cosine", "dot"):
+                part = pair_sums(F.normalize(h.float(), dim=-1) if m == "cosine" else h, groups, real)
+            else:
+                part = distance_score(h, real, int(m[1:]), groups)
+            for k, v in part.items():
+                sums[m][k] += v
+    encoder.train(was_training)
     out = {}
-    if "cosine" in metrics:
-        out["cosine"] = contextual_score(encoder, batches)
-    dist = [m for m in metrics if m != "cosine"]
-    if dist:
-        was_training = encoder.training
-        encoder.eval()
-        sums = {m: {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0} for m in dist}
-        for ids in batches:
-            h, _ = encoder(ids)
-            real = torch.ones(ids.shape, dtype=torch.bool, device=ids.device)
-            for m in dist:
-                for k, v in distance_score(h, real, int(m[1])).items():
-                    sums[m][k] += v
-        encoder.train(was_training)
-        for m, s in sums.items():
-            intra, inter = s["intra_sum"] / max(s["intra_n"], 1), s["inter_sum"] / max(s["inter_n"], 1)
-            out[m] = {"intra": intra, "inter": inter, "score": inter - intra}
+    for m, s in sums.items():
+        intra, inter = s["intra_sum"] / max(s["intra_n"], 1), s["inter_sum"] / max(s["inter_n"], 1)
+        score = intra - inter if m in ("cosine", "dot") else inter - intra
+        out[m] = {"intra": intra, "inter": inter, "score": score, "ratio": intra / inter if inter else float("nan")}
     return out
 
 
@@ -121,17 +132,39 @@ def read_pairs(path):
     return pairs
 
 
-def word_similarity(embeddings, tok, pairs):
-    """Cosine of the input embeddings of each pair whose two words are single tokens of the
-    vocab, and its Spearman correlation with the human scores; other pairs are counted."""
+def cooccurring(id_pairs, batches, sep_id):
+    """The (id1, id2) pairs whose two tokens occur together in one document of a block."""
+    wanted = {i for pair in id_pairs for i in pair}
+    together = set()
+    for ids in batches:
+        groups = context_groups(ids, sep_id)
+        docs = {}  # context id -> the wanted tokens in it
+        for g, i in zip(groups.flatten().tolist(), ids.flatten().tolist()):
+            if i in wanted:
+                docs.setdefault(g, set()).add(i)
+        together.update(pair for pair in id_pairs if any(set(pair) <= d for d in docs.values()))
+    return together
+
+
+def word_similarity(embeddings, tok, pairs, batches=None):
+    """Word pairs whose two words are single tokens of the vocab (others are counted):
+
+    cooc_mean_cosine   the paper's Fig. 3a: mean cosine of the input embeddings of the pairs
+                       that co-occur, i.e. both words in one document of the `batches` blocks
+    spearman           an extra: Spearman correlation of the cosine with the human scores
+    mean_cosine        the mean cosine over all usable pairs
+    """
     kept, cos, human = [], [], []
     for w1, w2, score in pairs:
         ids = [tok.encode(w) for w in (w1, w2)]
         if all(len(i) == 1 and i[0] != tok.unk_id for i in ids):
-            kept.append((w1, w2))
+            kept.append((ids[0][0], ids[1][0]))
             human.append(score)
             cos.append(F.cosine_similarity(embeddings[ids[0][0]], embeddings[ids[1][0]], dim=0).item())
+    together = cooccurring(kept, batches, tok.sep_id) if batches is not None else set()
+    cooc = [c for pair, c in zip(kept, cos) if pair in together]
     return {"pairs": len(pairs), "used": len(kept), "skipped": len(pairs) - len(kept),
+            "cooc_pairs": len(cooc), "cooc_mean_cosine": float(np.mean(cooc)) if cooc else float("nan"),
             "mean_cosine": float(np.mean(cos)) if cos else float("nan"),
             "spearman": spearman(cos, human) if len(cos) > 1 else float("nan")}
 
@@ -153,17 +186,23 @@ def load_encoder(spec):
 
 
 def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
-    """Everything this script measures, as one dict."""
+    """Everything this script measures, as one dict: the contextual score with blocks as
+    contexts ("context") and with documents as contexts ("context_doc"), word similarity."""
     return {"context": context_scores(encoder, batches, metrics),
-            "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)}
+            "context_doc": context_scores(encoder, batches, metrics, tok.sep_id),
+            "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs, batches)}
 
 
 def format_report(result):
-    lines = [f"{'contextual score':<18}{'intra':>9}{'inter':>9}{'score':>9}"]
-    for m, r in result["context"].items():
-        lines.append(f"  {m:<16}{r['intra']:>9.4f}{r['inter']:>9.4f}{r['score']:>9.4f}")
+    lines = [f"{'contextual score':<26}{'intra':>9}{'inter':>9}{'score':>9}{'ratio':>9}"]
+    for form, label in (("context", "block"), ("context_doc", "document")):
+        for m, r in result[form].items():
+            lines.append(f"  {m + ', ' + label + 's':<24}{r['intra']:>9.4f}{r['inter']:>9.4f}"
+                         f"{r['score']:>9.4f}{r['ratio']:>9.4f}")
     w = result["wordsim"]
-    lines.append(f"word similarity: Spearman {w['spearman']:.4f}, mean cosine {w['mean_cosine']:.4f} "
+    lines.append(f"word similarity (Fig. 3a): mean cosine {w['cooc_mean_cosine']:.4f} of the {w['cooc_pairs']} "
+                 f"pairs that co-occur in a held-out document")
+    lines.append(f"  extra: Spearman {w['spearman']:.4f} with the human scores, mean cosine {w['mean_cosine']:.4f}, "
                  f"over {w['used']} pairs ({w['skipped']} of {w['pairs']} skipped: not single tokens)")
     return "\n".join(lines)
 
@@ -196,8 +235,7 @@ def main(argv=None):
         if args.json:
             cli.output_path(args.json, "--json", folder=False)
         encoder, tok, run_args, source = load_encoder(args.model)
-        wordsim = word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)
-        if wordsim["used"] == 0:
+        if word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["used"] == 0:
             raise UsageError(f"none of the {len(pairs)} pairs of {pairs_file} are two single tokens of "
                              f"this model's vocab; pass --pairs for its vocabulary")
         data = args.data or run_args.get("data", "toy")
@@ -209,7 +247,7 @@ def main(argv=None):
             raise UsageError(f"{data} gives only one block of {max_len} tokens: 'inter' pairs need two; "
                              f"pass more text or a smaller --max_len")
         result = {"model": source, "data": data, "max_len": max_len, "blocks": sum(len(b) for b in batches),
-                  "pairs_file": pairs_file, "context": context_scores(encoder, batches, metrics), "wordsim": wordsim}
+                  "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
         print(f"{source}: {result['blocks']} held-out blocks of {max_len} from {data}")
         print(format_report(result))
         if args.json:

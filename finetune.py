@@ -278,6 +278,25 @@ def load_pretrained(spec):
     return config, weights, vocab, source
 
 
+# ----------------------------------------------------------------------------- recipes
+
+# Fine-tuning defaults by model width (every one can be overridden by its flag).
+# small / base: the authors' scripts (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32,
+# 100 warm-up steps, lr 5e-5 for 4 epochs / 3e-5 for 6 epochs, max length 128) with the Hugging
+# Face Trainer defaults they keep (weight decay 0, AdamW eps 1e-8, linear decay, clip 1.0).
+# toy: ours for the narrow tiny / mini models on the toy pair task, which need larger steps.
+FT_RECIPES = {
+    "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),  # hidden size < 512
+    "small": dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0),  # 512 <= hidden < 768 (small, medium)
+    "base": dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0),  # hidden >= 768 (base, large)
+}
+
+
+def ft_recipe(config):
+    """The FT_RECIPES entry for a model: by hidden size."""
+    return FT_RECIPES["toy" if config.hidden_size < 512 else "small" if config.hidden_size < 768 else "base"]
+
+
 # ----------------------------------------------------------------------------- training
 
 def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
@@ -297,7 +316,8 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     order = torch.Generator().manual_seed(seed)  # the same order on every rank; each takes its share
     torch.manual_seed(seed + args.rank)  # dropout differs across ranks
     record = {"task": task.name, "model": args.source, "max_len": args.max_len, "warmup": args.warmup,
-              "lr": lr, "batch_size": batch_size, "epochs": epochs, "seed": seed, "per_epoch": []}
+              "weight_decay": args.weight_decay, "lr": lr, "batch_size": batch_size, "epochs": epochs,
+              "seed": seed, "per_epoch": []}
     t0, step = time.time(), 0
     for epoch in range(1, epochs + 1):
         model.train()
@@ -384,35 +404,43 @@ def seed_stats(values):
 
 
 def summarize(records):
-    """Per task: the configuration with the best mean dev main score, and its seeds' statistics."""
-    tasks = {}
-    for name in [t.name for t in TASKS.values()]:
-        configs = {}
-        for r in records:  # a rerun of the same configuration and seed replaces the earlier one
-            if r["task"] == name:
-                configs.setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
-        if configs:
-            best = max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()]))
-            runs = list(best.values())
-            tasks[name] = {"config": {k: runs[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in runs),
-                           "metrics": {m: seed_stats([r["metrics"][m] for r in runs]) for m in runs[0]["metrics"]}}
-    glue = [s["metrics"]["main"]["mean"] for name, s in tasks.items() if name != "toy"]
-    return {"split": "dev", "tasks": tasks, "glue_average": float(np.mean(glue)) if len(glue) > 1 else None}
+    """Per model, then per task: the configuration with the best mean dev main score, and its
+    seeds' statistics. Models are never mixed: each keeps its own best configuration."""
+    models = {}
+    for model in dict.fromkeys(r["model"] for r in records):
+        tasks = {}
+        for name in [t.name for t in TASKS.values()]:
+            configs = {}
+            for r in records:  # a rerun of the same configuration and seed replaces the earlier one
+                if r["model"] == model and r["task"] == name:
+                    configs.setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
+            if configs:
+                best = max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()]))
+                runs = list(best.values())
+                tasks[name] = {"config": {k: runs[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in runs),
+                               "metrics": {m: seed_stats([r["metrics"][m] for r in runs]) for m in runs[0]["metrics"]}}
+        glue = [s["metrics"]["main"]["mean"] for name, s in tasks.items() if name != "toy"]
+        models[model] = {"tasks": tasks, "glue_average": float(np.mean(glue)) if len(glue) > 1 else None}
+    return {"split": "dev", "models": models}
 
 
 def format_table(summary):
-    """Task rows, metric columns, cells `mean ± std (median)` over seeds, x100."""
-    tasks = summary["tasks"]
-    cols = ["main"] + list(dict.fromkeys(m for s in tasks.values() for m in s["metrics"] if m != "main"))
-    lines = [f"{'task (dev)':<11}{'lr/batch/epochs':<17}{'seeds':>5}  " + "".join(f"{c:<20}" for c in cols)]
-    for name, s in tasks.items():
-        config = "{lr:g}/{batch_size}/{epochs}".format(**s["config"])
-        cells = [f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f} ({100 * v['median']:.1f})"
-                 if (v := s["metrics"].get(m)) else "" for m in cols]
-        lines.append(f"{name:<11}{config:<17}{len(s['seeds']):>5}  " + "".join(f"{c:<20}" for c in cells))
-    if summary["glue_average"] is not None:
-        lines.append(f"{'GLUE average':<33}  {100 * summary['glue_average']:.1f}")
-    return "\n".join(line.rstrip() for line in lines)
+    """Per model: task rows, metric columns, cells `mean ± std (median)` over seeds, x100."""
+    out = []
+    for model, m in summary["models"].items():
+        tasks = m["tasks"]
+        cols = ["main"] + list(dict.fromkeys(c for s in tasks.values() for c in s["metrics"] if c != "main"))
+        lines = [f"model {model}",
+                 f"{'task (dev)':<11}{'lr/batch/epochs':<17}{'seeds':>5}  " + "".join(f"{c:<20}" for c in cols)]
+        for name, s in tasks.items():
+            config = "{lr:g}/{batch_size}/{epochs}".format(**s["config"])
+            cells = [f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f} ({100 * v['median']:.1f})"
+                     if (v := s["metrics"].get(c)) else "" for c in cols]
+            lines.append(f"{name:<11}{config:<17}{len(s['seeds']):>5}  " + "".join(f"{c:<20}" for c in cells))
+        if m["glue_average"] is not None:
+            lines.append(f"{'GLUE average':<33}  {100 * m['glue_average']:.1f}")
+        out.append("\n".join(line.rstrip() for line in lines))
+    return "\n\n".join(out)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -433,22 +461,24 @@ def get_args(argv=None):
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint "
                    "file, or Hugging Face BERT directory (config.json, weights, vocab.txt)")
     # optimisation: the plural flags give a grid of comma-separated values
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
-                   help="peak learning rate; None: 2e-5 for hidden size >= 512 (small, base, large), else 5e-4")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; None: by model "
+                   "size, 5e-5 (small, medium), 3e-5 (base, large), 5e-4 (tiny, mini): see FT_RECIPES")
     p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
                    help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
     p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None,
                    help="grid of batch sizes, e.g. 16,32")
-    p.add_argument("--epochs", type=int_range(1), default=3, help="training epochs")
+    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: 4 (small, medium), "
+                   "6 (base, large), 3 (tiny, mini)")
     p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
     p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1,
                    help="seed of the head's init, the data order and dropout")
     p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
                    help="seeds for every configuration, e.g. 1,2,3,4,5")
-    p.add_argument("--warmup", type=float_range(0), default=0.1,
-                   help="linear warm-up: a fraction of all steps if < 1, else steps")
-    p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
+    p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
+                   "< 1, else steps; None: 100 steps (small and up), 0.1 (tiny, mini)")
+    p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW weight decay on matrices; "
+                   "None: 0 (small and up), 0.01 (tiny, mini)")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda; None: cuda if available")
@@ -470,11 +500,12 @@ def finetune(args):
     for name in names:
         if name.lower().replace("-", "") not in TASKS:  # "SST-2" -> "sst2"
             raise FinetuneError(f"unknown task {name!r}; choose from {', '.join(TASKS)} or --tasks all")
-    if args.warmup >= 1 and args.warmup != int(args.warmup):
+    if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
         raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
     config, weights, vocab, args.source = load_pretrained(args.model)
-    if args.lr is None:  # narrow models (tiny, mini) need larger steps than BERT-small/base
-        args.lr = 2e-5 if config.hidden_size >= 512 else 5e-4
+    for k, v in ft_recipe(config).items():  # flags left unset take the recipe for this model's size
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
     if any(bs % args.world for _, bs, _, _ in grid):

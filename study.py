@@ -2,11 +2,15 @@
 
 Every objective is pre-trained by `taco.py` (a subprocess) with the same flags; every saved
 checkpoint, plus the shared random init (step 0), is then measured with analyze.py (contextual
-score, word-similarity Spearman) and fine-tuned on the toy pair task over several seeds with
+score with blocks and with documents as contexts, co-occurring words' embedding cosine, the
+word-similarity Spearman) and fine-tuned on the toy pair task over several seeds with
 finetune.py's own loop. Output: OUT/study.json, OUT/table.md, the printed table and one PNG
-(matplotlib is optional; without it the table is still written).
+(matplotlib is optional; without it the table is still written). Several pre-training seeds
+run one after another, each into OUT/seed<S>, and OUT/table.md then gives mean ± std over them
+and the step ratio at which each objective first reaches MLM's final fine-tuned score.
 
     python study.py                                          # MLM vs TACO, tiny, toy corpus, CPU
+    python study.py --seed 0,1,2 --out runs/study3           # the same over three pre-training seeds
     python study.py --variants mlm,taco,taco_masked,mlm_tp,mlm_frozen,taco_frozen --out runs/ablations
     python study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
         --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
@@ -45,11 +49,12 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
 }
 
 
-def pretrain(name, args):
-    """Run taco.py for one variant unless OUT/name already holds that finished run; -> run dir."""
-    out = os.path.join(args.out, name)
-    shared = {k: getattr(args, k) for k in ("size", "data", "steps", "max_len", "batch_size", "lr", "seed", "device",
+def pretrain(name, args, seed, out_dir):
+    """Run taco.py for one variant unless out_dir/name already holds that finished run; -> run dir."""
+    out = os.path.join(out_dir, name)
+    shared = {k: getattr(args, k) for k in ("size", "data", "steps", "max_len", "batch_size", "lr", "device",
                                             "cache_dir")}
+    shared["seed"] = seed
     shared["steps"] = shared["steps"] or None  # 0: the recipe's
     argv = VARIANTS[name] + [f"--{k}={v}" for k, v in shared.items() if v is not None]
     argv += shlex.split(args.taco_args) + ["--save_every", str(args.save_every), "--eval_every",
@@ -79,14 +84,16 @@ def pretrain(name, args):
 
 
 def finetune_scores(config, weights, tok, args, ft):
-    """Fine-tune one encoder on the toy pair task with every seed -> dev main scores (acc+F1)/2."""
+    """Fine-tune one encoder on the toy pair task with every seed -> dev main scores (acc+F1)/2.
+    Learning rate, warm-up and weight decay: finetune.py's recipe for the model's size."""
+    recipe = finetune.ft_recipe(config)
+    fargs = argparse.Namespace(**{**vars(ft["args"]), "warmup": recipe["warmup"], "weight_decay": recipe["weight_decay"]})
     scores = []
     for seed in args.ft_seeds:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             # quiet: finetune prints a line and a progress bar per epoch
-            lr = args.ft_lr or (2e-5 if config.hidden_size >= 512 else 5e-4)
-            record, _ = finetune.run_one(finetune.TASKS["toy"], ft["data"], config, weights, ft["args"],
-                                         lr, args.ft_batch_size, args.ft_epochs, seed)
+            record, _ = finetune.run_one(finetune.TASKS["toy"], ft["data"], config, weights, fargs,
+                                         args.ft_lr or recipe["lr"], args.ft_batch_size, args.ft_epochs, seed)
         scores.append(record["metrics"]["main"])
     return scores
 
@@ -104,6 +111,7 @@ def measure(name, run, args, ft, pairs, init_rows):
         if path is None:
             if init_key in init_rows:  # objectives that share an init share its row: measure it once
                 rows.append({**init_rows[init_key], "variant": name})
+                print(f"  {name} step 0: the shared init, measured above", flush=True)
                 continue
             encoder, step = init.eval(), 0
         else:
@@ -117,39 +125,92 @@ def measure(name, run, args, ft, pairs, init_rows):
         weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
         scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []
         ev = evals.get(step, {})
-        rows.append({"variant": name, "step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"),
+        rows.append({"variant": name, "seed": cfg["args"]["seed"], "step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"),
                      "eval_mlm_acc": ev.get("eval_mlm_acc"), **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
-                     "wordsim_spearman": res["wordsim"]["spearman"], "ft_scores": scores,
+                     **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
+                     "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
+                     "ft_scores": scores,
                      "ft_mean": float(np.mean(scores)) if scores else None,
                      "ft_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0})
         r = rows[-1]
         if step == 0:
             init_rows[init_key] = r
-        print(f"  {name} step {step}: ctx {r['ctx_score']:.3f}, wordsim {r['wordsim_spearman']:.3f}"
+        print(f"  {name} step {step}: ctx {r['ctx_score']:.3f} (documents {r['ctx_doc_score']:.3f}), "
+              f"co-occurring words' cosine {r['wordsim_cooc']:.3f}"
               + (f", fine-tuned {100 * r['ft_mean']:.1f}" if scores else ""), flush=True)
     return rows
 
 
+# (key, label, +1 if higher is better): what "reaches MLM's final value" compares
+GOALS = [("ft_mean", "fine-tuned", 1), ("eval_mlm_loss", "MLM loss", -1), ("wordsim_cooc", "co-occurring words' cosine", 1)]
+
+
+def fmt(v, s="{:.3f}"):
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else s.format(v)
+
+
 def format_table(rows):
-    fmt = lambda v, s="{:.3f}": "–" if v is None or (isinstance(v, float) and math.isnan(v)) else s.format(v)
-    lines = ["| objective | step | eval MLM loss | eval MLM acc | ctx intra | ctx inter | ctx score | wordsim ρ "
-             "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 9]
+    """One seed's rows: the table and, per objective, the first step that reaches MLM's final value."""
+    lines = ["| objective | step | eval MLM loss | eval MLM acc | ctx intra | ctx inter | ctx score (blocks) "
+             "| ctx score (documents) | co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) "
+             "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 11]
     for r in rows:
         ft = fmt(r["ft_mean"] and 100 * r["ft_mean"], "{:.1f}") + (f" ± {100 * r['ft_std']:.1f}" if r["ft_scores"] else "")
         lines.append(f"| {r['variant']} | {r['step']} | {fmt(r['eval_mlm_loss'])} | {fmt(r['eval_mlm_acc'])} | "
-                     f"{fmt(r['ctx_intra'])} | {fmt(r['ctx_inter'])} | {fmt(r['ctx_score'])} | "
-                     f"{fmt(r['wordsim_spearman'])} | {ft} |")
+                     f"{fmt(r['ctx_intra'])} | {fmt(r['ctx_inter'])} | {fmt(r['ctx_score'])} | {fmt(r['ctx_doc_score'])} | "
+                     f"{fmt(r['wordsim_cooc'])} | {fmt(r['wordsim_spearman'])} | {ft} |")
     ref = [r for r in rows if r["variant"] == "mlm"]
     if ref:  # the speed-up claim: the first step at which each objective matches MLM's final value
-        goals = [(k, label, better) for k, label, better in (("ft_mean", "fine-tuned", 1), ("eval_mlm_loss", "MLM loss", -1),
-                 ("wordsim_spearman", "wordsim ρ", 1)) if ref[-1][k] is not None]
+        goals = [g for g in GOALS if ref[-1][g[0]] is not None]
         lines.append(f"\nFirst step at which each objective reaches MLM's final value (step {ref[-1]['step']}): "
                      + ", ".join(f"{label} {ref[-1][k]:.3f}" for k, label, _ in goals))
         for v in dict.fromkeys(r["variant"] for r in rows):
-            hits = [next((r["step"] for r in rows if r["variant"] == v and r[k] is not None
-                          and better * r[k] >= better * ref[-1][k]), None) for k, _, better in goals]
+            hits = [first_match(rows, v, k, better) for k, _, better in goals]
             lines.append(f"- {v}: " + ", ".join(f"{label} {'not reached' if h is None else f'step {h}'}"
                                                 for (_, label, _), h in zip(goals, hits)))
+    return "\n".join(lines)
+
+
+def first_match(rows, variant, key, better):
+    """The first step at which `variant` reaches MLM's final value of `key` (None: never)."""
+    goal = [r for r in rows if r["variant"] == "mlm"][-1][key]
+    return next((r["step"] for r in rows if r["variant"] == variant and r[key] is not None
+                 and not (isinstance(r[key], float) and math.isnan(r[key])) and better * r[key] >= better * goal), None)
+
+
+def format_seeds_table(rows, seeds):
+    """Several pre-training seeds: mean ± std over seeds per objective and step, then per seed the
+    step ratio at which each objective first reaches MLM's final fine-tuned score."""
+    def ms(vals, scale=1.0, f="{:.3f}"):
+        vals = [scale * v for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        if not vals:
+            return "–"
+        return f.format(np.mean(vals)) + (" ± " + f.format(np.std(vals, ddof=1)) if len(vals) > 1 else "")
+    lines = [f"Mean ± std over pre-training seeds {', '.join(map(str, seeds))} (fine-tuned: the mean over "
+             "fine-tuning seeds of each pre-training seed, then mean ± std over pre-training seeds)\n",
+             "| objective | step | eval MLM loss | ctx score (blocks) | ctx score (documents) "
+             "| co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) | fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 8]
+    keys = list(dict.fromkeys((r["variant"], r["step"]) for r in rows))
+    for v, step in keys:
+        at = [r for r in rows if r["variant"] == v and r["step"] == step]
+        lines.append(f"| {v} | {step} | {ms([r['eval_mlm_loss'] for r in at])} | {ms([r['ctx_score'] for r in at])} | "
+                     f"{ms([r['ctx_doc_score'] for r in at])} | {ms([r['wordsim_cooc'] for r in at])} | "
+                     f"{ms([r['wordsim_spearman'] for r in at])} | {ms([r['ft_mean'] for r in at], 100, '{:.1f}')} |")
+    if any(r["variant"] == "mlm" and r["ft_mean"] is not None for r in rows):
+        lines.append("\nFirst step at which each objective reaches MLM's final fine-tuned score, per seed "
+                     "(step / MLM's final step):")
+        for v in dict.fromkeys(r["variant"] for r in rows):
+            ratios, parts = [], []
+            for seed in seeds:
+                mine = [r for r in rows if r["seed"] == seed]
+                last = [r for r in mine if r["variant"] == "mlm"][-1]
+                hit = first_match(mine, v, "ft_mean", 1)
+                parts.append(f"seed {seed}: " + ("not reached" if hit is None else
+                                                 f"step {hit} ({hit / last['step']:.2f}; MLM final {100 * last['ft_mean']:.1f})"))
+                ratios.append(hit / last["step"] if hit is not None else None)
+            mean = (f"; mean ratio {np.mean(ratios):.2f}" if all(x is not None for x in ratios)
+                    else "; not reached with every seed")
+            lines.append(f"- {v}: " + ", ".join(parts) + mean)
     return "\n".join(lines)
 
 
@@ -162,15 +223,23 @@ def plot(rows, path):
     except ImportError:
         print("note: pip install matplotlib for the plots; the table above has every number")
         return
-    panels = [("ctx_score", "contextual score (intra - inter cosine)"), ("wordsim_spearman", "word similarity Spearman"),
+    panels = [("ctx_score", "contextual score (intra - inter cosine; dashed: documents)"),
+              ("wordsim_cooc", "co-occurring words' embedding cosine (Fig. 3a)"),
               ("eval_mlm_loss", "held-out MLM loss"), ("ft_mean", "fine-tuned dev (acc+F1)/2")]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, (key, title) in zip(axes.flat, panels):
         for v in dict.fromkeys(r["variant"] for r in rows):
-            pts = [(r["step"], r[key], r["ft_std"]) for r in rows if r["variant"] == v and r[key] is not None]
-            if pts:
-                x, y, e = map(np.array, zip(*pts))
-                ax.errorbar(x, y, yerr=e if key == "ft_mean" else None, marker="o", ms=3, capsize=2, label=v)
+            for k, style in [(key, "-"), ("ctx_doc_score", "--")] if key == "ctx_score" else [(key, "-")]:
+                steps = sorted({r["step"] for r in rows if r["variant"] == v and r.get(k) is not None})
+                if not steps:
+                    continue
+                # one seed: the fine-tuning seeds' spread; several: mean and spread over pre-training seeds
+                at = [[r for r in rows if r["variant"] == v and r["step"] == s and r.get(k) is not None] for s in steps]
+                y = np.array([np.mean([r[k] for r in a]) for a in at])
+                e = np.array([np.std([r[k] for r in a], ddof=1) if len(a) > 1 else a[0]["ft_std"] if k == "ft_mean"
+                              else 0.0 for a in at])
+                ax.errorbar(steps, y, yerr=e, fmt="o" + style, ms=3, capsize=2, label=v if style == "-" else None,
+                            color=f"C{list(dict.fromkeys(r['variant'] for r in rows)).index(v)}")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("pre-training step")
         ax.grid(alpha=0.3)
@@ -192,12 +261,13 @@ def main(argv=None):
     p.add_argument("--steps", type=int_range(0), default=1200,
                    help="pre-training steps (0: taco.py's recipe for --size; "
                    "tiny's 600 ends before MLM has left its unigram plateau)")
-    p.add_argument("--save_every", type=int_range(1), default=300, help="checkpoint (and measure) every N steps")
+    p.add_argument("--save_every", type=int_range(1), default=150, help="checkpoint (and measure) every N steps")
     p.add_argument("--max_len", type=int_range(8, 512), default=None, help="pre-training block length")
     p.add_argument("--batch_size", type=int_range(1), default=None, help="pre-training global batch")
     p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="pre-training peak learning rate")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0,
-                   help="pre-training seed, shared by every objective")
+    p.add_argument("--seed", type=cli.list_of(int_range(0, 2**32 - 1)), default=[0],
+                   help="pre-training seed, shared by every objective; several (0,1,2) run one after another "
+                   "into OUT/seed<S> and OUT/table.md gives mean ± std over them")
     p.add_argument("--taco_args", default="", help="further taco.py flags for every objective, e.g. '--warmup 100'")
     p.add_argument("--launcher", default="", help="command in front of taco.py, e.g. 'torchrun --nproc_per_node=8' "
                    "(default: this Python)")
@@ -205,9 +275,8 @@ def main(argv=None):
     # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
     p.add_argument("--ft_seeds", type=cli.list_of(int_range(0, 2**32 - 1), empty_ok=True), default=[1, 2, 3],
                    help="fine-tuning seeds per checkpoint ('' = none)")
-    p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None,
-                   help="fine-tuning learning rate (default: finetune.py's, "
-                   "5e-4 below hidden size 512, else 2e-5)")
+    p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning learning rate "
+                   "(default: finetune.py's recipe for the model size: 5e-4 for tiny / mini)")
     p.add_argument("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
     p.add_argument("--ft_batch_size", type=int_range(1), default=32, help="fine-tuning batch size")
     p.add_argument("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
@@ -229,37 +298,71 @@ def main(argv=None):
             raise taco.UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
         cli.output_path(args.out, "--out", folder=True)
         device = cli.device(args.device)
+        if len(set(args.seed)) < len(args.seed):
+            raise taco.UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
         pairs = analyze.read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
                                    if args.pairs == "toy" else args.pairs)  # a bad file fails before training
         if args.plot:
             cli.output_path(args.plot, "--plot", folder=False)
-        os.makedirs(args.out, exist_ok=True)
-        runs = {name: pretrain(name, args) for name in names}
-        t_train = time.time() - t0
-        ft = {}
-        if args.ft_seeds:  # the toy task, tokenised once; the run's vocab (all runs share it)
-            tok = load_tokenizer(os.path.join(runs[names[0]], "vocab.txt"))
-            fargs = finetune.get_args(["--max_len", str(args.ft_max_len)])
-            fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
-            fargs.device = device
-            bf16 = fargs.device.type == "cuda" and torch.cuda.is_bf16_supported()
-            fargs.dtype = "bf16" if bf16 else "fp32"
-            fargs.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-            task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
-            data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
-            if args.ft_train:
-                data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
-            ft = {"args": fargs, "data": data}
-        init_rows = {}
-        rows = [row for name in names for row in measure(name, runs[name], args, ft, pairs, init_rows)]
-        table = format_table(rows)
-        wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
-        cli.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-        cli.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
-        print(table)
-        plot(rows, args.plot or os.path.join(args.out, "study.png"))
-        print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
+        rows, wall, ft, init_rows = [], {}, None, {}
+        for seed in args.seed:
+            t_seed = time.time()
+            out = args.out if len(args.seed) == 1 else os.path.join(args.out, f"seed{seed}")
+            os.makedirs(out, exist_ok=True)
+            done = finished(out, args, seed)
+            if done:  # e.g. measured by `study.py --seed S --out OUT/seedS`: only the aggregate is new
+                print(f"seed {seed}: reusing the measured study in {out}")
+                rows += done["rows"]
+                wall[seed] = done["wall"][str(seed)]
+                continue
+            runs = {name: pretrain(name, args, seed, out) for name in names}
+            t_train = time.time() - t_seed
+            if ft is None:  # the toy task, tokenised once; the run's vocab (all runs share it)
+                ft = finetune_data(args, os.path.join(runs[names[0]], "vocab.txt"), device) if args.ft_seeds else {}
+            mine = [row for name in names for row in measure(name, runs[name], args, ft, pairs, init_rows)]
+            wall[seed] = {"pretrain_s": round(t_train), "total_s": round(time.time() - t_seed)}
+            save(out, args, {seed: wall[seed]}, mine, format_table(mine))
+            print(f"seed {seed}: wall time {wall[seed]['total_s']} s ({wall[seed]['pretrain_s']} s pre-training)")
+            rows += mine
+        if len(args.seed) > 1:
+            save(args.out, args, wall, rows, format_seeds_table(rows, args.seed))
+        print(f"wall time: {round(time.time() - t0)} s")
         return rows
+
+
+def finished(out, args, seed):
+    """out/study.json if it holds this seed measured with the same settings, else None."""
+    skip = {"seed", "out", "plot", "threads"}  # where and how fast, not what
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        saved = cli.read_json(os.path.join(out, "study.json"))
+        same = all(saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip)
+        if same and str(seed) in saved["wall"] and {r["seed"] for r in saved["rows"]} == {seed}:
+            return saved
+    return None
+
+
+def finetune_data(args, vocab_file, device):
+    """finetune.py's settings and the toy pair task's train / dev splits, encoded once."""
+    tok = load_tokenizer(vocab_file)
+    fargs = finetune.get_args(["--max_len", str(args.ft_max_len)])
+    fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
+    fargs.device = device
+    bf16 = fargs.device.type == "cuda" and torch.cuda.is_bf16_supported()
+    fargs.dtype = "bf16" if bf16 else "fp32"
+    fargs.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
+    data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
+    if args.ft_train:
+        data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
+    return {"args": fargs, "data": data}
+
+
+def save(out, args, wall, rows, table):
+    """OUT/study.json (settings, wall times, every row), OUT/table.md, the printed table, the plot."""
+    cli.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    cli.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    print(table)
+    plot(rows, os.path.join(out, "study.png") if not args.plot or out != args.out else args.plot)
 
 
 if __name__ == "__main__":

@@ -189,35 +189,66 @@ def similarity_route(n, m, j, h):
 
 # ----------------------------------------------------------------------------- the contextual score
 
+def document_segments(ids, sep_id):
+    """(B, T) index of each token's document within its block. Packed blocks hold several
+    documents, each ended by [SEP]; a [SEP] belongs to the document it ends, [CLS] to the first."""
+    is_sep = (ids == sep_id).long()
+    return is_sep.cumsum(1) - is_sep
+
+
+def pair_sums(x, groups, real):
+    """Sums of x_a . x_b over ordered pairs a != b of real tokens in the same group (intra) and
+    in different groups (inter), with their counts. x: (B, T, H); groups, real: (B, T).
+    The sum over all pairs of a set is |sum x|^2 - sum |x_a|^2: no N x N matrix is built."""
+    x, g = x.double()[real], groups[real]  # (N, H), (N,)
+    g = torch.unique(g, return_inverse=True)[1]  # group ids 0 .. G-1
+    per_group = torch.zeros(int(g.max()) + 1 if len(g) else 0, x.size(1), dtype=x.dtype,
+                            device=x.device).index_add_(0, g, x)  # (G, H)
+    n = torch.bincount(g).double()  # (G,) tokens per group
+    self_dot = x.pow(2).sum()
+    intra = per_group.pow(2).sum() - self_dot
+    inter = per_group.sum(0).pow(2).sum() - self_dot - intra
+    return {"intra_sum": intra.item(), "intra_n": (n * (n - 1)).sum().item(),
+            "inter_sum": inter.item(), "inter_n": (n.sum() ** 2 - n.pow(2).sum()).item()}
+
+
+def context_groups(ids, sep_id=None):
+    """(B, T) context of each token: its block, or (with sep_id) its document within its block."""
+    B, T = ids.shape
+    block = torch.arange(B, device=ids.device)[:, None].expand(B, T)
+    return block if sep_id is None else block * T + document_segments(ids, sep_id)
+
+
 @torch.no_grad()
-def contextual_score(model, batches, attention_masks=None):
+def contextual_score(model, batches, attention_masks=None, sep_id=None):
     """The paper's contextual score (its appendix A.3) of last-layer states, by cosine.
 
-    intra: mean cosine of two distinct tokens of the same sequence;
-    inter: mean cosine of two tokens of different sequences of the same batch;
-    score = intra - inter. With unit vectors z, the sum of cosines over all pairs of a set
-    is |sum z|^2 - (number of tokens), so no N x N matrix is ever built.
+    intra: mean cosine of two distinct tokens of the same context;
+    inter: mean cosine of two tokens of different contexts of the same batch;
+    score = intra - inter. The block form (keys intra, inter, score) takes a packed block as
+    the context; with `sep_id` the document-bounded form is added (doc_intra, doc_inter,
+    doc_score): a context is one document of a block, since a block often spans a document
+    boundary ([SEP] inside the block) and then "same block" means two documents.
     """
     encoder = getattr(model, "bert", model)
     was_training = encoder.training
     encoder.eval()
-    intra_sum = intra_n = inter_sum = inter_n = 0.0
+    forms = {"": None} if sep_id is None else {"": None, "doc_": sep_id}
+    sums = {f: {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0} for f in forms}
     for i, ids in enumerate(batches):
         mask = None if attention_masks is None else attention_masks[i]
         h, _ = encoder(ids, attention_mask=mask)
         real = torch.ones(ids.shape, dtype=torch.bool, device=ids.device) if mask is None else mask.bool()
-        z = F.normalize(h.float(), dim=-1) * real[..., None]  # padding contributes nothing
-        n = real.sum(1).double()  # (B,)
-        per_seq = z.sum(1).double()  # (B, H)
-        same = (per_seq.pow(2).sum(1) - n)  # all ordered pairs within each sequence, minus self
-        total = per_seq.sum(0).pow(2).sum() - n.sum()
-        intra_sum += same.sum().item()
-        intra_n += (n * (n - 1)).sum().item()
-        inter_sum += (total - same.sum()).item()
-        inter_n += (n.sum() ** 2 - (n ** 2).sum()).item()
+        z = F.normalize(h.float(), dim=-1)  # cosine = dot product of unit vectors
+        for f, sep in forms.items():
+            for k, v in pair_sums(z, context_groups(ids, sep), real).items():
+                sums[f][k] += v
     encoder.train(was_training)
-    intra, inter = intra_sum / max(intra_n, 1), inter_sum / max(inter_n, 1)
-    return {"intra": intra, "inter": inter, "score": intra - inter}
+    out = {}
+    for f, s in sums.items():
+        intra, inter = s["intra_sum"] / max(s["intra_n"], 1), s["inter_sum"] / max(s["inter_n"], 1)
+        out.update({f"{f}intra": intra, f"{f}inter": inter, f"{f}score": intra - inter})
+    return out
 
 
 # ----------------------------------------------------------------------------- recipes and flags
@@ -584,7 +615,8 @@ def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None
 
 @torch.no_grad()
 def evaluate(model, blocks, tok, args, device):
-    """MLM loss / accuracy on held-out blocks (fixed masks) and the contextual score."""
+    """MLM loss / accuracy on held-out blocks (fixed masks) and the contextual score in its
+    block form (ctx_*) and document-bounded form (ctx_doc_*)."""
     model.eval()
     gen = torch.Generator().manual_seed(1234)
     batches = [torch.from_numpy(blocks[i:i + args.device_batch_size].astype(np.int64)).to(device)
@@ -597,10 +629,9 @@ def evaluate(model, blocks, tok, args, device):
         loss += F.cross_entropy(logits.float(), target, reduction="sum").item()
         correct += (logits.argmax(-1) == target).sum().item()
         n += len(target)
-    ctx = contextual_score(model, batches)
+    ctx = contextual_score(model, batches, sep_id=tok.sep_id)
     model.train()
-    return {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n,
-            "ctx_intra": ctx["intra"], "ctx_inter": ctx["inter"], "ctx_score": ctx["score"]}
+    return {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n, **{f"ctx_{k}": v for k, v in ctx.items()}}
 
 
 def train(args, cleanup):

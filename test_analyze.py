@@ -1,4 +1,5 @@
 """Tests for analyze.py and study.py: python -m pytest -q test_analyze.py"""
+import argparse
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import analyze
 import study
 from data import make_blocks, tokenize_corpus
 from finetune import spearman
+from taco import contextual_score, document_segments
 from model import BertConfig, BertForPreTraining
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,6 +119,77 @@ def test_distance_score_ignores_padding():
     assert got["intra_sum"] == pytest.approx(intra) and got["inter_sum"] == pytest.approx(inter)
 
 
+class Replay(nn.Module):
+    """An 'encoder' that returns the given states of each batch in turn."""
+
+    def __init__(self, states):
+        super().__init__()
+        self.states, self.calls = states, 0
+
+    def forward(self, ids, attention_mask=None):
+        self.calls += 1
+        return self.states[(self.calls - 1) % len(self.states)], None
+
+
+SEP = 3
+
+
+def doc_batches():
+    """Two batches of blocks with documents ended by [SEP] (id 3) inside them: one document,
+    two, three with an empty-bodied one ([SEP][SEP]), and a block that starts mid-document."""
+    torch.manual_seed(3)
+    ids = [torch.randint(5, 50, (3, 8)), torch.randint(5, 50, (2, 8))]
+    for batch, seps in zip(ids, ([[7], [3, 7], [2, 3, 7]], [[0, 5, 7], [6, 7]])):
+        for row, cols in zip(batch, seps):
+            row[cols] = SEP
+    return ids, [torch.randn(len(b), 8, 5) for b in ids]
+
+
+def brute_force_docs(ids, states):
+    """Intra / inter means of cosine, dot and L1 / L2 / L10 distance, contexts = documents:
+    a loop over every ordered pair of tokens, each token's document counted by the [SEP]s
+    before it in its block."""
+    fns = {"cosine": lambda x, y: F.cosine_similarity(x, y, dim=0), "dot": lambda x, y: x @ y,
+           "l1": lambda x, y: (x - y).abs().sum(), "l2": lambda x, y: (x - y).norm(),
+           "l10": lambda x, y: (x - y).abs().pow(10).sum().pow(0.1)}
+    sums = {m: {"intra": [0.0, 0], "inter": [0.0, 0]} for m in fns}
+    for batch, h in zip(ids, states):
+        toks = [(b, t, int((batch[b, :t] == SEP).sum())) for b in range(len(batch)) for t in range(batch.shape[1])]
+        for i, (b1, t1, d1) in enumerate(toks):
+            for j, (b2, t2, d2) in enumerate(toks):
+                if i != j:
+                    kind = "intra" if (b1, d1) == (b2, d2) else "inter"
+                    for m, fn in fns.items():
+                        sums[m][kind][0] += fn(h[b1, t1].double(), h[b2, t2].double()).item()
+                        sums[m][kind][1] += 1
+    return {m: {k: s / n for k, (s, n) in d.items()} for m, d in sums.items()}
+
+
+def test_document_bounded_scores_match_brute_force():
+    """Contexts = documents within blocks: analyze's five metrics and taco.contextual_score's
+    logged form (ctx_doc_*) equal a loop over all pairs; the block form is unchanged."""
+    ids, states = doc_batches()
+    ref = brute_force_docs(ids, states)
+    res = analyze.context_scores(Replay(states), ids, ("cosine", "dot", "l1", "l2", "l10"), sep_id=SEP)
+    for m in ref:
+        for k in ("intra", "inter"):
+            assert res[m][k] == pytest.approx(ref[m][k], rel=1e-6, abs=1e-9), (m, k)
+        assert res[m]["ratio"] == pytest.approx(ref[m]["intra"] / ref[m]["inter"], rel=1e-6)
+    assert res["dot"]["score"] == pytest.approx(ref["dot"]["intra"] - ref["dot"]["inter"], rel=1e-6)
+    assert res["l10"]["score"] == pytest.approx(ref["l10"]["inter"] - ref["l10"]["intra"], rel=1e-6)
+    logged = contextual_score(Replay(states), ids, sep_id=SEP)
+    assert logged["doc_intra"] == pytest.approx(ref["cosine"]["intra"], abs=1e-6)
+    assert logged["doc_inter"] == pytest.approx(ref["cosine"]["inter"], abs=1e-6)
+    block = analyze.context_scores(Replay(states), ids, ("cosine",))["cosine"]
+    assert logged["intra"] == pytest.approx(block["intra"], abs=1e-9) and logged["score"] != logged["doc_score"]
+    assert contextual_score(Replay(states), ids)["score"] == pytest.approx(logged["score"], abs=1e-9)
+
+
+def test_document_segments_count_the_seps_before():
+    ids = torch.tensor([[2, 9, 3, 9, 9, 3, 3, 3]])  # [CLS] a [SEP] b c [SEP] [SEP] [SEP]
+    assert document_segments(ids, 3).tolist() == [[0, 0, 0, 1, 1, 1, 2, 3]]
+
+
 def test_heldout_blocks_are_the_ones_taco_holds_out():
     """taco.py's evaluate uses the last min(eval_blocks, n // 10) blocks of the corpus."""
     tok = analyze.load_tokenizer("toy")
@@ -149,6 +222,23 @@ def test_word_similarity_skips_and_counts(small_vocab):
              ("cat", "zebra", 3.0), ("tree", "dog", 1.0)]  # zebra is [UNK]
     res = analyze.word_similarity(emb, small_vocab, pairs)
     assert (res["pairs"], res["used"], res["skipped"]) == (5, 3, 2)
+
+
+def test_fig3a_mean_cosine_of_cooccurring_pairs(small_vocab):
+    """Only pairs whose words share a document (not merely a block) enter the paper's mean."""
+    v = small_vocab.vocab
+    emb = torch.zeros(small_vocab.vocab_size, 2)
+    emb[v["cat"]] = emb[v["dog"]] = torch.tensor([1.0, 0.0])  # cos(cat, dog) = 1
+    emb[v["car"]], emb[v["tree"]], emb[v["bus"]] = torch.tensor([-1.0, 0.0]), torch.tensor([0.0, 2.0]), torch.tensor([1.0, 1.0])
+    cls, sep = v["[CLS]"], v["[SEP]"]
+    blocks = [torch.tensor([[cls, v["cat"], v["dog"], sep, v["car"], v["tree"], sep, sep],
+                            [cls, v["bus"], sep, v["tree"], v["cat"], v["cat"], sep, sep]])]
+    pairs = [("cat", "dog", 9.0), ("car", "tree", 8.0), ("cat", "car", 1.0), ("bus", "tree", 2.0)]
+    res = analyze.word_similarity(emb, small_vocab, pairs, blocks)
+    assert res["cooc_pairs"] == 2  # cat-dog and car-tree; cat-car and bus-tree only share a block
+    assert res["cooc_mean_cosine"] == pytest.approx((1.0 + 0.0) / 2)
+    assert res["mean_cosine"] == pytest.approx((1.0 + 0.0 - 1.0 + 0.5 ** 0.5) / 4)
+    assert res["spearman"] == pytest.approx(spearman([1.0, 0.0, -1.0, 0.5 ** 0.5], [9.0, 8.0, 1.0, 2.0]))
 
 
 def test_spearman_of_a_monotone_relation_is_one(small_vocab):
@@ -191,9 +281,9 @@ def test_cli_analyzes_a_hugging_face_directory(hf_model, tmp_path):
                     "--metrics", "cosine,l2", "--json", str(out))
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
-    assert set(res["context"]) == {"cosine", "l2"} and res["blocks"] == 8
+    assert set(res["context"]) == set(res["context_doc"]) == {"cosine", "l2"} and res["blocks"] == 8
     assert res["wordsim"]["used"] + res["wordsim"]["skipped"] == res["wordsim"]["pairs"] > 0
-    assert "contextual score" in r.stdout and "Spearman" in r.stdout
+    assert "contextual score" in r.stdout and "Fig. 3a" in r.stdout and "extra: Spearman" in r.stdout
 
 
 @pytest.mark.parametrize("case", ["missing model", "missing pairs", "empty pairs", "malformed pairs",
@@ -242,6 +332,35 @@ def test_study_smoke(tmp_path, capsys):
     assert len(saved["rows"]) == 6 and "| taco | 4 |" in (tmp_path / "study" / "table.md").read_text()
     study.main(argv + ["--ft_seeds", ""])
     assert capsys.readouterr().out.count("reusing the finished run") == 2
+
+
+def test_seeds_table_means_and_step_ratios():
+    """Mean ± std over pre-training seeds, and per seed the first step that reaches MLM's final
+    fine-tuned score: seed 0 at step 2 of 4 (0.50), seed 1 at step 4 (1.00), mean 0.75."""
+    def row(v, seed, step, ft, ctx):
+        return {"variant": v, "seed": seed, "step": step, "ft_mean": ft, "eval_mlm_loss": None, "ctx_score": ctx,
+                "ctx_doc_score": ctx, "wordsim_cooc": 0.5, "wordsim_spearman": float("nan")}
+    rows = [row("mlm", 0, 2, 0.6, 0.1), row("mlm", 0, 4, 0.7, 0.2), row("taco", 0, 2, 0.7, 0.3), row("taco", 0, 4, 0.8, 0.4),
+            row("mlm", 1, 2, 0.6, 0.3), row("mlm", 1, 4, 0.8, 0.4), row("taco", 1, 2, 0.7, 0.5), row("taco", 1, 4, 0.8, 0.6)]
+    table = study.format_seeds_table(rows, [0, 1])
+    assert "| mlm | 4 | – | 0.300 ± 0.141 | 0.300 ± 0.141 | 0.500 ± 0.000 | – | 75.0 ± 7.1 |" in table
+    assert "- taco: seed 0: step 2 (0.50; MLM final 70.0), seed 1: step 4 (1.00; MLM final 80.0); mean ratio 0.75" in table
+    assert "- mlm: seed 0: step 4 (1.00" in table
+    rows[-1]["ft_mean"] = 0.75  # seed 1's TACO never reaches 0.8
+    assert "- taco: seed 0: step 2 (0.50; MLM final 70.0), seed 1: not reached; not reached with every seed" in \
+        study.format_seeds_table(rows, [0, 1])
+
+
+def test_a_measured_seed_is_reused_only_with_the_same_settings(tmp_path, monkeypatch):
+    """`study.py --seed 1 --out OUT/seed1` then `--seed 0,1 --out OUT`: seed 1's rows are reused
+    when nothing but where-and-how-fast differs."""
+    args = lambda **kw: argparse.Namespace(**{"seed": [1], "out": str(tmp_path), "steps": 1200, "threads": 0, **kw})
+    monkeypatch.setattr(study, "plot", lambda rows, path: None)
+    study.save(str(tmp_path), args(plot=str(tmp_path / "p.png")), {1: {"total_s": 5}}, [{"seed": 1, "step": 0}], "table")
+    assert study.finished(str(tmp_path), args(seed=[0, 1], out="elsewhere", threads=1, plot=None), 1)["rows"] == [
+        {"seed": 1, "step": 0}]
+    assert study.finished(str(tmp_path), args(seed=[0, 1], plot=None, steps=600), 1) is None  # another budget
+    assert study.finished(str(tmp_path), args(seed=[0, 1], plot=None), 0) is None  # another seed
 
 
 @pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"]])

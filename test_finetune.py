@@ -137,7 +137,7 @@ def test_toy_keyword_task_learns(models, tmp_path):
     assert r["metrics"]["acc"] >= 0.8, r
     assert r["metrics"]["main"] == pytest.approx((r["metrics"]["acc"] + r["metrics"]["f1"]) / 2)
     summary = json.load(open(os.path.join(out, "summary.json")))
-    assert summary["split"] == "dev" and summary["tasks"]["toy"]["seeds"] == [1]
+    assert summary["split"] == "dev" and summary["models"][r["model"]]["tasks"]["toy"]["seeds"] == [1]
     lines = open(os.path.join(out, "predictions", "toy.tsv")).read().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 31
     assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
@@ -216,7 +216,8 @@ def test_cola_headerless_files_and_grid(models, tmp_path):
     run(["--model", models["run"], "--tasks", "cola", "--data_dir", str(tmp_path), "--epochs", "1",
          "--lrs", "1e-4,1e-3", "--seeds", "1,2", "--batch_size", "8", "--out", out, "--predict_test"])
     assert len(results(out)) == 4 and {"mcc", "main"} == set(results(out)[0]["metrics"])
-    s = json.load(open(os.path.join(out, "summary.json")))["tasks"]["CoLA"]
+    (model,) = json.load(open(os.path.join(out, "summary.json")))["models"].values()
+    s = model["tasks"]["CoLA"]
     assert s["seeds"] == [1, 2] and set(s["metrics"]["mcc"]) == {"mean", "median", "std"}
     lines = open(os.path.join(out, "predictions", "CoLA.tsv")).read().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 10
@@ -228,14 +229,54 @@ def test_summary_table_and_glue_average():
                                       ("RTE", "acc", 3e-5, 1, 0.5), ("SST-2", "acc", 2e-5, 1, 0.9)]:
         recs.append({"task": task, "model": "m", "max_len": 128, "warmup": 0.1, "lr": lr, "batch_size": 32,
                      "epochs": 3, "seed": seed, "metrics": {metric: v, "main": v}})
-    s = summarize(recs)
+    s = summarize(recs)["models"]["m"]
     assert s["tasks"]["RTE"]["config"]["lr"] == 2e-5 and s["tasks"]["RTE"]["seeds"] == [1, 2]
     assert s["tasks"]["RTE"]["metrics"]["acc"]["mean"] == pytest.approx(0.65)
     assert s["tasks"]["RTE"]["metrics"]["acc"]["std"] == pytest.approx(0.0707107, rel=1e-4)
     assert s["glue_average"] == pytest.approx((0.65 + 0.9) / 2)
-    table = format_table(s)
-    assert "dev" in table.splitlines()[0] and "65.0 ± 7.1 (65.0)" in table and "GLUE average" in table
-    assert summarize(recs[-1:])["glue_average"] is None  # one GLUE task: no average
+    table = format_table(summarize(recs))
+    assert table.splitlines()[0] == "model m" and "dev" in table.splitlines()[1]
+    assert "65.0 ± 7.1 (65.0)" in table and "GLUE average" in table
+    assert summarize(recs[-1:])["models"]["m"]["glue_average"] is None  # one GLUE task: no average
+
+
+def test_summary_keeps_models_apart():
+    """A weak model's best run is never reported as a strong model's, nor averaged with it."""
+    recs = [{"task": "RTE", "model": model, "max_len": 128, "warmup": 100, "lr": lr, "batch_size": 32, "epochs": 4,
+             "seed": 1, "metrics": {"acc": v, "main": v}}
+            for model, lr, v in [("runs/taco", 5e-5, 0.7), ("runs/mlm", 3e-5, 0.6), ("runs/mlm", 5e-5, 0.55)]]
+    s = summarize(recs)["models"]
+    assert s["runs/taco"]["tasks"]["RTE"]["metrics"]["acc"]["mean"] == pytest.approx(0.7)
+    assert s["runs/mlm"]["tasks"]["RTE"]["metrics"]["acc"]["mean"] == pytest.approx(0.6)
+    assert s["runs/mlm"]["tasks"]["RTE"]["config"]["lr"] == 3e-5
+    table = format_table(summarize(recs))
+    assert table.index("model runs/taco") < table.index("70.0") < table.index("model runs/mlm") < table.index("60.0")
+
+
+def test_two_models_fine_tuned_into_one_out(models, tmp_path):
+    """Fine-tuning one model and then another into the same --out: the summary names both and
+    gives each its own runs, settings and scores."""
+    out, data = str(tmp_path / "out"), toy_dir(tmp_path, n_train=48, n_dev=24, n_test=4)
+    common = ["--task", "toy", "--data_dir", data, "--epochs", "1", "--batch_size", "16", "--out", out]
+    run(["--model", models["run"], "--lr", "1e-3"] + common)
+    run(["--model", models["dir"], "--lr", "1e-4"] + common)
+    recs = results(out)
+    summary = json.load(open(os.path.join(out, "summary.json")))["models"]
+    assert list(summary) == [r["model"] for r in recs] and len(summary) == 2  # ckpt 10, then the run's newest (20)
+    for r in recs:
+        toy = summary[r["model"]]["tasks"]["toy"]
+        assert toy["config"]["lr"] == r["lr"] and toy["metrics"]["main"]["mean"] == pytest.approx(r["metrics"]["main"])
+
+
+def test_fine_tuning_recipe_by_model_size():
+    """The authors' scripts for small (5e-5, 4 epochs) and base (3e-5, 6 epochs), batch 32, 100 warm-up
+    steps, no weight decay; the narrow toy models keep their own."""
+    from finetune import FT_RECIPES, ft_recipe
+    assert ft_recipe(BertConfig.from_size("small")) == ft_recipe(BertConfig.from_size("medium")) == \
+        dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0)
+    assert ft_recipe(BertConfig.from_size("base")) == ft_recipe(BertConfig.from_size("large")) == \
+        dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0)
+    assert ft_recipe(BertConfig.from_size("tiny")) is ft_recipe(BertConfig.from_size("mini")) is FT_RECIPES["toy"]
 
 
 # ----------------------------------------------------------------------------- data details
