@@ -12,11 +12,13 @@ from exercises import test_ex1_tc_loss as ex1
 from exercises import test_ex2_samplers as ex2
 from exercises import test_ex3_contextual_score as ex3
 from exercises import test_ex4_masking as ex4
+from exercises import test_ex7_embeddings as ex7
 from exercises._check import Mistake
 from exercises.wrong import ex1_tc_loss as wrong1
 from exercises.wrong import ex2_samplers as wrong2
 from exercises.wrong import ex3_contextual_score as wrong3
 from exercises.wrong import ex4_masking as wrong4
+from exercises.wrong import ex7_embeddings as wrong7
 
 
 @pytest.mark.parametrize("fn, check, message", [
@@ -62,3 +64,14 @@ def test_ex3_rejects(fn, message):
 def test_ex4_rejects(fn, check, message):
     with pytest.raises(Mistake, match=message):
         check(types.SimpleNamespace(mask_tokens=fn))
+
+
+@pytest.mark.parametrize("name, fn, check, message", [
+    ("freeze_embeddings", wrong7.freeze_word_only, ex7.check_freeze,
+     "bert.embeddings.norm.bias, bert.embeddings.norm.weight, bert.embeddings.position.weight, "
+     "bert.embeddings.token_type.weight changed: freeze the whole embedding layer"),
+    ("untie_embeddings", wrong7.untie_sharing_storage, ex7.check_untie, "the decoder shares memory with the input embeddings"),
+])
+def test_ex7_rejects(name, fn, check, message):
+    with pytest.raises(Mistake, match=message):
+        check(types.SimpleNamespace(**{name: fn}))
