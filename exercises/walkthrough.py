@@ -81,7 +81,7 @@ def trace(encoder, ids, tok, anchor, window, K, tau, title):
     gap = (cp.mean() - cn.mean()).item()
     print(f"The whole batch: TC loss {loss:.3f}; log(K+1) = {math.log(K + 1):.3f}. Over all {B * T} anchors: positives' cos "
           f"{cp.mean():+.3f}, negatives' {cn.mean():+.3f}, spread of the logits sigma = {sigma:.2f}.\n")
-    return {"loss": loss, "gap": gap, "sigma": sigma, "h": h, "e": e}
+    return {"loss": loss, "gap": gap, "sigma": sigma, "h": h, "e": e, "window": window}
 
 
 def explain_init(r, K, tau):
@@ -92,8 +92,10 @@ def explain_init(r, K, tau):
     print(f"logits of spread sigma, E[log sum exp] ~ log(K+1) + sigma^2/2, here {math.log(K + 1):.3f} + "
           f"{r['sigma'] ** 2 / 2:.3f} - gap/tau ({r['gap'] / tau:+.3f}) = "
           f"{math.log(K + 1) + r['sigma'] ** 2 / 2 - r['gap'] / tau:.3f}, against the measured {r['loss']:.3f}.")
-    at1 = tc_loss(r["h"], r["e"], None, 5, K, 1.0, torch.Generator().manual_seed(0)).item()
-    print(f"With tau = 1 the spread is 14x smaller and the loss is {at1:.3f}, next to log(K+1) = {math.log(K + 1):.3f}.\n")
+    at1 = tc_loss(r["h"], r["e"], None, r["window"], K, 1.0, torch.Generator().manual_seed(0)).item()
+    print(f"With tau = 1 the spread is {1 / tau:.0f}x smaller and the loss is {at1:.3f}, next to log(K+1) = "
+          f"{math.log(K + 1):.3f}.\n")
+    return at1
 
 
 def main(argv=None):
@@ -126,8 +128,8 @@ def main(argv=None):
         torch.manual_seed(0)  # taco.py's init for seed 0
         init = BertForPreTraining(BertConfig.from_size("tiny", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)).bert
         knobs = (0, args.anchor), args.window, args.negatives, args.temperature
-        r = trace(init, ids, tok, *knobs, "2. At initialisation (taco.py's tiny model, seed 0)")
-        explain_init(r, args.negatives, args.temperature)
+        at_init = trace(init, ids, tok, *knobs, "2. At initialisation (taco.py's tiny model, seed 0)")
+        at_init["loss_tau_1"] = explain_init(at_init, args.negatives, args.temperature)
         if args.run:
             import analyze
             from finetune import FinetuneError
@@ -158,7 +160,7 @@ def main(argv=None):
     except (UsageError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    return r
+    return {"init": at_init, "trained": r}
 
 
 if __name__ == "__main__":
