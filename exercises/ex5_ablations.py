@@ -1,11 +1,11 @@
 """Exercise 5: ablations of TACO, predict first, then measure (page: ex5_ablations.md).
 
 1. Before running anything, fill in PREDICTIONS below: for each setting, will the contextual
-   score and the fine-tuned toy score end "higher", "lower" or "same" as the baseline
-   (W=5, K=50, tau=0.07, lambda=1), and why, in one sentence?
+   score and the word similarity of the input embeddings end "higher", "lower" or "same" as the
+   baseline (W=5, K=50, tau=0.07, lambda=1), and why, in one sentence?
 2. Check that every prediction is filled in:  python -m pytest exercises/test_ex5_ablations.py --student
 3. Measure:  python exercises/ex5_ablations.py      (6 miniature pre-trainings, see the page for the time)
-   It prints each setting next to the baseline and marks your predictions.
+   It prints each setting next to the baseline and marks your predictions (✓ / ✗).
 """
 import argparse
 import json
@@ -26,15 +26,17 @@ SETTINGS = {
     "lambda=0 (MLM)": ["--objective", "mlm"],
 }
 CHOICES = ("higher", "lower", "same")
-SAME = {"ctx": 0.02, "finetuned": 0.02}  # a difference within this counts as "same"
+SAME = {"ctx": 0.03, "wordsim": 0.05}  # a difference within this counts as "same"
 
 # ---- your predictions: replace each None by "higher", "lower" or "same" and give a reason ----
+# ctx: the contextual score (intra - inter cosine of last-layer states, held-out blocks)
+# wordsim: Spearman of the input embeddings' cosines with the toy word-pair scores (same topic = similar)
 PREDICTIONS = {
-    "W=15": {"ctx": None, "finetuned": None, "why": ""},
-    "K=4": {"ctx": None, "finetuned": None, "why": ""},
-    "tau=0.5": {"ctx": None, "finetuned": None, "why": ""},
-    "lambda=0.1": {"ctx": None, "finetuned": None, "why": ""},
-    "lambda=0 (MLM)": {"ctx": None, "finetuned": None, "why": ""},
+    "W=15": {"ctx": None, "wordsim": None, "why": ""},
+    "K=4": {"ctx": None, "wordsim": None, "why": ""},
+    "tau=0.5": {"ctx": None, "wordsim": None, "why": ""},
+    "lambda=0.1": {"ctx": None, "wordsim": None, "why": ""},
+    "lambda=0 (MLM)": {"ctx": None, "wordsim": None, "why": ""},
 }
 # ---- end of your part ----
 
@@ -44,33 +46,35 @@ def direction(delta, tolerance):
 
 
 def run(settings, out, seed, steps, ft_pairs, predictions):
-    """Pre-train and fine-tune every setting; -> {setting: {"ctx", "finetuned", "wall_s"}}, printed as a table."""
-    from exercises.miniature import finetune_score, pretrain
+    """Pre-train (and measure) every setting; -> {setting: {"ctx", "wordsim", "eval_mlm_loss", "finetuned",
+    "wall_s"}}, printed as a table next to the predictions."""
+    from exercises.miniature import finetune_score, pretrain, wordsim
     results = {}
     for name in settings:
         run_dir, r = pretrain(out, SETTINGS[name], seed, steps)
-        results[name] = {"ctx": r["ctx_score"], "finetuned": finetune_score(run_dir, train_pairs=ft_pairs) if ft_pairs else None,
-                         "eval_mlm_loss": r["eval_mlm_loss"], "wall_s": r["wall_s"]}
-        print(f"{name}: contextual score {r['ctx_score']:.3f}"
-              + (f", fine-tuned {100 * results[name]['finetuned']:.1f}" if ft_pairs else "")
+        results[name] = {"ctx": r["ctx_score"], "wordsim": wordsim(run_dir), "eval_mlm_loss": r["eval_mlm_loss"],
+                         "finetuned": finetune_score(run_dir, train_pairs=ft_pairs) if ft_pairs else None,
+                         "wall_s": r["wall_s"]}
+        x = results[name]
+        print(f"{name}: contextual score {x['ctx']:.3f}, wordsim {x['wordsim']:.3f}, held-out MLM loss "
+              f"{x['eval_mlm_loss']:.3f}" + (f", fine-tuned {100 * x['finetuned']:.1f}" if ft_pairs else "")
               + f" ({r['wall_s']:.0f} s pre-training{', reused' if r.get('reused') else ''})", flush=True)
     base = results.get("baseline")
-    print(f"\n| setting | ctx score | fine-tuned | your ctx / fine-tuned prediction |\n|---|---|---|---|")
+    print("\n| setting | ctx score | wordsim ρ | held-out MLM loss | fine-tuned | your ctx / wordsim prediction |\n"
+          "|---|---|---|---|---|---|")
     for name, r in results.items():
         cells, guess = [], predictions.get(name, {})
-        for key, value in (("ctx", r["ctx"]), ("finetuned", r["finetuned"])):
-            if value is None:
-                cells.append("–")
-                continue
-            scale = 1 if key == "ctx" else 100
-            cell = f"{scale * value:.3f}" if key == "ctx" else f"{scale * value:.1f}"
-            if base and name != "baseline" and base[key] is not None:
-                seen = direction(value - base[key], SAME[key])
+        for key in ("ctx", "wordsim"):
+            cell = f"{r[key]:.3f}"
+            if base and name != "baseline":
+                seen = direction(r[key] - base[key], SAME[key])
                 cell += f" ({seen})"
                 if guess.get(key):
                     cell += " ✓" if guess[key] == seen else f" ✗ you said {guess[key]}"
             cells.append(cell)
-        print(f"| {name} | {cells[0]} | {cells[1]} | {guess.get('ctx') or '–'} / {guess.get('finetuned') or '–'} |")
+        ft = "–" if r["finetuned"] is None else f"{100 * r['finetuned']:.1f}"
+        print(f"| {name} | {cells[0]} | {cells[1]} | {r['eval_mlm_loss']:.3f} | {ft} | "
+              f"{guess.get('ctx') or '–'} / {guess.get('wordsim') or '–'} |")
     return results
 
 
@@ -79,7 +83,8 @@ def main(argv=None):
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, from: " + ", ".join(SETTINGS))
     p.add_argument("--seed", type=int, default=0, help="pre-training seed (the same for every setting)")
     p.add_argument("--steps", type=int, default=None, help="pre-training steps (default: exercises/miniature.py's)")
-    p.add_argument("--ft_pairs", type=int, default=1000, help="toy training pairs for fine-tuning (0: no fine-tuning)")
+    p.add_argument("--ft_pairs", type=int, default=0, help="also fine-tune on this many toy pairs (0: no fine-tuning; "
+                   "after a miniature pre-training it stays at chance, see the page)")
     p.add_argument("--out", default="runs/mini", help="where the runs go, one directory per setting and seed "
                    "(finished ones are reused)")
     p.add_argument("--json", default=None, help="also write the results to this file")

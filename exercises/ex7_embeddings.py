@@ -45,27 +45,19 @@ VARIANTS = {  # name -> taco.py flags (the objective is taco unless given)
 }
 
 
-def wordsim(run_dir):
-    """Spearman of the input word embeddings' cosines with the toy corpus's word-pair scores (Fig. 3a)."""
-    import analyze
-    from data import toy_corpus
-    encoder, tok, _, _ = analyze.load_encoder(run_dir)
-    pairs = analyze.read_pairs(os.path.join(toy_corpus(), "wordsim.txt"))
-    return analyze.word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["spearman"]
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description="Exercise 7: frozen and untied embeddings, MLM vs TACO.")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
     p.add_argument("--seed", type=int, default=0, help="pre-training seed (the same for every variant)")
     p.add_argument("--steps", type=int, default=None, help="pre-training steps (default: exercises/miniature.py's)")
-    p.add_argument("--ft_pairs", type=int, default=1000, help="toy training pairs for fine-tuning (0: no fine-tuning)")
+    p.add_argument("--ft_pairs", type=int, default=0, help="also fine-tune on this many toy pairs (0: no fine-tuning; "
+                   "after a miniature pre-training it stays at chance, see exercise 5's page)")
     p.add_argument("--out", default="runs/mini", help="where the runs go, one directory per variant and seed "
                    "(finished ones are reused)")
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
     import taco
-    from exercises.miniature import finetune_score, pretrain
+    from exercises.miniature import finetune_score, pretrain, wordsim
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     results = {}
     try:

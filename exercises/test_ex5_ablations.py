@@ -11,7 +11,7 @@ def check_predictions(impl):
         if name == "baseline":
             continue
         guess = made.get(name) or {}
-        for key in ("ctx", "finetuned"):
+        for key in ("ctx", "wordsim"):
             expect(guess.get(key) in CHOICES, f"PREDICTIONS[{name!r}][{key!r}] is {guess.get(key)!r}: predict "
                                               f"{' / '.join(map(repr, CHOICES))} before you measure")
         expect(len(str(guess.get("why", "")).split()) >= 3, f"PREDICTIONS[{name!r}]['why'] is empty: give your "
