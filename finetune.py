@@ -37,7 +37,8 @@ from tqdm import tqdm
 
 from data import DataError, load_tokenizer, toy_corpus
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
-from taco import configure_optimizer, get_lr, latest_checkpoint, load_checkpoint, setup_distributed
+from taco import (UsageError, configure_optimizer, find_weights, get_lr, load_checkpoint, setup_distributed,
+                  vocab_beside)
 
 
 class FinetuneError(ValueError):
@@ -240,18 +241,12 @@ def load_pretrained(spec):
     `spec`: a taco run directory (its newest valid checkpoint), a checkpoint file, or a
     Hugging Face directory (config.json + weights + vocab.txt). The task head is always new.
     """
-    if not os.path.exists(spec):
-        raise FinetuneError(f"--model {spec} does not exist; pre-train one (python taco.py) or pass a "
-                            f"taco run directory, a checkpoint file or a Hugging Face model directory")
-    source = latest_checkpoint(spec) if os.path.isdir(spec) else spec
-    is_hf = source is None and os.path.isfile(os.path.join(spec, "config.json")) and any(
-        os.path.isfile(os.path.join(spec, w)) for w in ("model.safetensors", "pytorch_model.bin"))
-    if source is None and not is_hf:
-        raise FinetuneError(f"{spec} holds no valid taco checkpoint (ckpt_*.pt with its manifest) and is "
-                            f"not a Hugging Face directory (config.json + model.safetensors)")
+    try:
+        source, is_hf = find_weights(spec)
+    except UsageError as err:
+        raise FinetuneError(f"--model {err}") from err
     try:
         if is_hf:
-            source = spec
             with open(os.path.join(spec, "config.json")) as f:
                 config = BertConfig.from_dict(json.load(f))
             model = BertForSequenceClassification(config)
@@ -267,7 +262,7 @@ def load_pretrained(spec):
         raise FinetuneError(f"cannot load --model {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
     if unexpected or any(not k.startswith(("pooler.", "classifier.")) for k in missing):
         raise FinetuneError(f"{source} does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    vocab = os.path.join(os.path.dirname(source) if os.path.isfile(source) else source, "vocab.txt")
+    vocab = vocab_beside(source)
     if not os.path.isfile(vocab):
         raise FinetuneError(f"{vocab} is missing; copy there the vocab.txt the model was pre-trained with")
     return config, weights, vocab, source
