@@ -79,7 +79,7 @@ def heldout(tok, data, max_len, eval_blocks=64, cache_dir=None):
     n = len(tokens) // body
     n_eval = min(eval_blocks, n // 10) or min(eval_blocks, n)
     lo, hi = (n - n_eval) * body, n * body
-    ids = make_blocks(tokens[lo:hi], max_len, tok.cls_id, tok.sep_id).astype(np.int64)
+    ids = make_blocks(tokens[lo:hi], max_len, tok.cls_id, tok.sep_id)[:].astype(np.int64)  # every block, as an array
     topic = np.full(ids.shape, -1)
     if data == "toy":
         topic[:, 1:-1] = document_topics(tokens, tok)[lo:hi].reshape(n_eval, body)
