@@ -1,0 +1,1 @@
+"""Classroom exercises on TACO: a page (exN_*.md) and a stub (exN_*.py) each; see README.md."""

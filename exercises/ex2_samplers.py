@@ -1,0 +1,28 @@
+"""Exercise 2: the samplers of the TC loss, positives in a window and negatives from other
+sequences (page: ex2_samplers.md).
+
+Check your solution:  python -m pytest exercises/test_ex2_samplers.py --student
+Indices are *flat*: token t of sequence b is b * T + t, so that a (B*T, H) matrix can be indexed.
+Draw every random number from `generator` (torch.rand(..., generator=generator)).
+"""
+import torch
+
+
+def sample_positives(real, window, generator=None):
+    """One positive per token: another real token of the same sequence, at an offset drawn
+    uniformly from {-W//2, ..., -1, 1, ..., W//2} (W = window, odd). Where that offset leaves the
+    sequence or lands on padding, any real token of the same sequence other than the anchor will do.
+
+    real: (B, T) bool, True = real token. Returns (B, T) long flat indices (anything where a
+    sequence has fewer than 2 real tokens).
+    """
+    raise NotImplementedError
+
+
+def sample_negatives(real, num_negatives, generator=None):
+    """K negatives per token: real tokens of the *other* sequences of the batch, drawn uniformly
+    over those tokens, with replacement. Never padding, never the anchor's own sequence.
+
+    real: (B, T) bool. Returns (B, T, K) long flat indices.
+    """
+    raise NotImplementedError

@@ -1,0 +1,86 @@
+"""Exercise 7: what the embedding layer does for MLM and for TACO: frozen embeddings (the paper's
+Fig. 4) and untied input / output embeddings (its Appendix B) (page: ex7_embeddings.md).
+
+1. Write freeze_embeddings and untie_embeddings below; check them:
+       python -m pytest exercises/test_ex7_embeddings.py --student
+2. Predict, then measure (6 miniature pre-trainings with taco.py's own flags, see the page for the time):
+       python exercises/ex7_embeddings.py
+"""
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+
+def freeze_embeddings(model):
+    """Keep the whole embedding layer of a BertForPreTraining at its initialisation (Fig. 4):
+    word, position and token-type embeddings and the embedding LayerNorm. Everything else trains."""
+    raise NotImplementedError
+
+
+def untie_embeddings(model):
+    """Give the MLM head of a BertForPreTraining its own output matrix (Appendix B): after this,
+    the decoder no longer shares its weight with the input word embeddings. Initialise it as
+    model.py initialises weights (normal, std = model.config.initializer_range) and set
+    model.config.tie_word_embeddings = False."""
+    raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------- the measurement (given)
+
+VARIANTS = {  # name -> taco.py flags (the objective is taco unless given)
+    "mlm": ["--objective", "mlm"],
+    "taco": [],
+    "mlm_frozen": ["--objective", "mlm", "--freeze_embeddings"],
+    "taco_frozen": ["--freeze_embeddings"],
+    "mlm_untied": ["--objective", "mlm", "--untie_embeddings"],
+    "taco_untied": ["--untie_embeddings"],
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Exercise 7: frozen and untied embeddings, MLM vs TACO.")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
+    p.add_argument("--seed", type=int, default=0, help="pre-training seed (the same for every variant)")
+    p.add_argument("--steps", type=int, default=None, help="pre-training steps (default: exercises/miniature.py's)")
+    p.add_argument("--ft_pairs", type=int, default=0, help="also fine-tune on this many toy pairs (0: no fine-tuning; "
+                   "after a miniature pre-training it stays at chance, see exercise 5's page)")
+    p.add_argument("--out", default="runs/mini", help="where the runs go, one directory per variant and seed "
+                   "(finished ones are reused)")
+    p.add_argument("--json", default=None, help="also write the results to this file")
+    args = p.parse_args(argv)
+    import taco
+    from exercises.miniature import finetune_score, pretrain, wordsim
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    results = {}
+    try:
+        unknown = [v for v in names if v not in VARIANTS]
+        if unknown or not names:
+            raise taco.UsageError(f"unknown variant {', '.join(unknown) or repr(args.variants)}; choose from {', '.join(VARIANTS)}")
+        print("| variant | ctx score | held-out MLM loss | wordsim ρ | fine-tuned | pre-training s |\n|---|---|---|---|---|---|")
+        for name in names:
+            run_dir, r = pretrain(args.out, VARIANTS[name], args.seed, args.steps)
+            ft = finetune_score(run_dir, train_pairs=args.ft_pairs) if args.ft_pairs else None
+            results[name] = {"ctx": r["ctx_score"], "eval_mlm_loss": r["eval_mlm_loss"], "wordsim": wordsim(run_dir),
+                             "finetuned": ft, "wall_s": r["wall_s"]}
+            x = results[name]
+            print(f"| {name} | {x['ctx']:.3f} | {x['eval_mlm_loss']:.3f} | {x['wordsim']:.3f} | "
+                  f"{'–' if ft is None else f'{100 * ft:.1f}'} | {x['wall_s']:.0f} |", flush=True)
+    except taco.UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()
