@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from data import DataError, load_tokenizer, make_blocks, mask_tokens, tokenize_corpus
-from model import SIZES, BertConfig, BertForPreTraining
+from model import SIZES, Bert, BertConfig, BertForPreTraining
 
 
 class UsageError(ValueError):
@@ -156,6 +156,48 @@ class SampledCosines(torch.autograd.Function):
             return F.embedding_bag(cols, z, per_sample_weights=grad.to(z.dtype), mode="sum"), None, None
 
 
+# ----------------------------------------------------------------------------- the TaCL loss
+
+def tacl_loss(student_h, teacher_h, anchors, temperature=0.01):
+    """TaCL's token-aware contrastive loss (Su et al., NAACL Findings 2022), averaged over anchors:
+
+        L_TaCL = -1/|M| sum_{i in M} log( exp(cos(s_i, t_i)/tau) / sum_{j=1..T} exp(cos(s_i, t_j)/tau) )
+
+    s = student states of the *masked* sequence, t = a frozen teacher's states of the *unmasked*
+    one; M = the anchors (the MLM-selected positions). The positive of s_i is t_i, the teacher's
+    state at the same position; the negatives are the teacher's states at every other position of
+    the same sequence, never of another sequence.
+    student_h, teacher_h: (B, T, H); anchors: (B, T) bool. Only student_h gets a gradient.
+    """
+    B, T, _ = student_h.shape
+    with torch.autocast(student_h.device.type, enabled=False):  # tau = 0.01 puts logits at +-100: fp32
+        s = F.normalize(student_h.float(), dim=-1)  # cosine = dot product of unit vectors
+        t = F.normalize(teacher_h.float(), dim=-1).detach()  # the teacher is a target, not trained
+        logits = s @ t.transpose(1, 2) / temperature  # (B, T, T): row i = s_i against every t_j
+        target = torch.arange(T, device=s.device).repeat(B)  # the positive of row i is column i
+        loss = F.cross_entropy(logits.reshape(B * T, T), target, reduction="none")  # (B*T,)
+        # The mean over anchors, by weights rather than by selecting rows: no host sync on GPU.
+        weight = anchors.reshape(-1).float()
+        return (loss * weight).sum() / weight.sum()
+
+
+def make_teacher(cfg, init_state, dropout, device):
+    """TaCL's teacher: a frozen copy of the --init encoder. It lives outside the trained model, so
+    it is in no optimizer, DDP wrapper or checkpoint; every rank builds it from the same --init,
+    and a resumed run rebuilds it from there. dropout=True is the official code's behaviour (its
+    teacher follows model.train(); yxuansu/TaCL#11)."""
+    teacher = Bert(cfg).to(device)
+    teacher.load_state_dict({k[5:]: v for k, v in init_state.items() if k.startswith("bert.")})
+    return teacher.requires_grad_(False).train(dropout)
+
+
+def tacl_teacher_loss(teacher, ids, student_h, anchors, temperature):
+    """The teacher reads the unmasked ids (the student read the masked ones) -> tacl_loss."""
+    with torch.no_grad():
+        teacher_h, _ = teacher(ids)
+    return tacl_loss(student_h, teacher_h, anchors, temperature)
+
+
 # ----------------------------------------------------------------------------- the contextual score
 
 @torch.no_grad()
@@ -218,13 +260,17 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
     # model and objective
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
-    p.add_argument("--objective", default="taco", choices=["taco", "mlm"], help="taco = MLM + TC; mlm = the baseline")
-    p.add_argument("--tc_weight", type=float, default=1.0, help="lambda in loss = MLM + lambda * TC")
+    p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl"],
+                   help="taco = MLM + TC; mlm = the baseline; tacl = MLM + TaCL (Su et al. 2022; needs --init)")
+    p.add_argument("--tc_weight", type=float, default=1.0, help="lambda in loss = MLM + lambda * TC (or TaCL)")
     p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
                    help="anchors of the TC loss: every real token, or only masked / unmasked ones")
     p.add_argument("--window", type=int, default=5, help="W: positives lie within W//2 positions of the anchor")
     p.add_argument("--negatives", type=int, default=50, help="K: negatives per anchor, from other sequences")
-    p.add_argument("--temperature", type=float, default=0.07, help="tau of the InfoNCE softmax")
+    p.add_argument("--temperature", type=float, default=None, help="tau of the InfoNCE softmax "
+                   "(default: 0.07 for taco, 0.01 for tacl)")
+    p.add_argument("--teacher_dropout", default="on", choices=["on", "off"],
+                   help="tacl: dropout in the frozen teacher; on as in the official code (yxuansu/TaCL#11)")
     p.add_argument("--mlm_probability", type=float, default=0.15, help="fraction of tokens masked")
     p.add_argument("--predict_all", action="store_true", help="MLM loss on every position (the MLM+TP ablation)")
     p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
@@ -266,6 +312,8 @@ def get_args(argv=None):
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
     args = p.parse_args(argv)
     recipe = RECIPES[args.size]
+    if args.temperature is None:
+        args.temperature = 0.01 if args.objective == "tacl" else 0.07
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
     for k, v in recipe.items():
@@ -281,6 +329,7 @@ def check_args(args, world_size):
     """Catch user mistakes before anything is written; returns the accumulation steps."""
     if not 8 <= args.max_len <= 512:
         raise UsageError(f"--max_len must be between 8 and 512 (BERT has 512 positions), not {args.max_len}")
+    check_tacl_args(args)
     if args.objective == "taco":
         if args.window < 2 or args.window % 2 == 0:
             raise UsageError(f"--window is W, the odd width of the window centred on the anchor "
@@ -310,6 +359,25 @@ def check_args(args, world_size):
                          f"of the other sequences in a device batch; lower it or raise --device_batch_size")
     args.device_batch_size = dbs
     return per_rank // dbs
+
+
+def check_tacl_args(args):
+    """TaCL continues a trained model (its teacher is a frozen copy of it); TACO's sampling flags
+    do not apply to it, nor the teacher's flag to the other objectives."""
+    given = lambda flag: getattr(args, flag) != getattr(get_args([]), flag)  # differs from its default
+    if args.objective != "tacl":
+        if given("teacher_dropout"):
+            raise UsageError("--teacher_dropout applies only to --objective tacl")
+        return
+    if not args.init:
+        raise UsageError("--objective tacl continues a trained model and distils from a frozen copy of it: "
+                         "pass --init RUN|ckpt|HF dir")
+    refused = [f"--{flag}" for flag in ("window", "negatives", "tc_positions", "predict_all") if given(flag)]
+    if refused:
+        raise UsageError(f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --objective "
+                         f"tacl (its anchors are the masked tokens, its negatives the other tokens of the sequence)")
+    if args.temperature <= 0:
+        raise UsageError("--temperature must be > 0")
 
 
 def get_lr(step, lr, warmup, steps):
@@ -514,6 +582,16 @@ def prepare_out(args, resuming, overwrite):
         raise UsageError(f"cannot write to --out {args.out}: {err.strerror}") from err
 
 
+def check_teacher_unchanged(out, source):
+    """A resumed tacl run rebuilds its teacher from --init: refuse an init that changed since
+    (e.g. --init RUN whose newest checkpoint is now another one)."""
+    with contextlib.suppress(FileNotFoundError), open(os.path.join(out, "config.json")) as f:
+        recorded = json.load(f).get("init") or {}
+        if recorded.get("sha256") != (_sha256(source) if os.path.isfile(source) else None):
+            raise UsageError(f"--init now gives {source}, not the {recorded.get('source')} this run's TaCL teacher "
+                             f"was built from; resume with that one or pass --force")
+
+
 def masked_batch(ids, tok, args, generator):
     """Dynamic masking of one micro-batch -> (inputs, labels, tc anchor positions or None)."""
     inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
@@ -525,12 +603,16 @@ def masked_batch(ids, tok, args, generator):
     return inputs, labels, anchors
 
 
-def compute_loss(model, inputs, labels, anchors, args, generator):
-    """loss = MLM + lambda * TC (the paper's Eq. 5), with its two parts for logging."""
+def compute_loss(model, inputs, labels, anchors, args, generator, ids=None, teacher=None):
+    """loss = MLM + lambda * TC (the paper's Eq. 5), with its two parts for logging.
+    tacl: MLM + lambda * TaCL; `teacher` reads the unmasked `ids` (TaCL's part logged as tc)."""
     logits, h, e = model(inputs, labels=labels)  # logits only at predicted rows
     mlm = F.cross_entropy(logits.float(), labels[labels != -100])
     if args.objective == "mlm":
         return mlm, mlm, torch.zeros_like(mlm)
+    if args.objective == "tacl":  # anchors: the MLM-selected positions
+        tacl = tacl_teacher_loss(teacher, ids, h, labels != -100, args.temperature)
+        return mlm + args.tc_weight * tacl, mlm, tacl
     tc = tc_loss(h, e, None, args.window, args.negatives, args.temperature, generator, anchors)
     return mlm + args.tc_weight * tc, mlm, tc
 
@@ -592,6 +674,8 @@ def train(args):
                          f"fewer than one batch of {args.batch_size}; lower --batch_size or add data")
     if master:
         prepare_out(args, resuming, overwrite=args.force or restarted)
+        if resuming and args.objective == "tacl" and not args.force:
+            check_teacher_unchanged(args.out, init_source)
     if world > 1:
         dist.barrier()
 
@@ -608,6 +692,8 @@ def train(args):
         # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
         # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
         raw.bert.embeddings.requires_grad_(False)
+    teacher = (make_teacher(cfg, init_state, args.teacher_dropout == "on", device)
+               if args.objective == "tacl" else None)
     optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
     start, skipped = 0, 0
@@ -678,7 +764,8 @@ def train(args):
             if world > 1:  # all-reduce the gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == accum - 1
             with autocast:
-                loss, mlm, tc = compute_loss(model, inputs, labels, anchors, args, dev_gen)
+                loss, mlm, tc = compute_loss(model, inputs, labels, anchors, args, dev_gen,
+                                             ids.to(device, non_blocking=True), teacher)
             scaler.scale(loss / accum).backward()
             sums += torch.stack([loss, mlm, tc]).detach().float() / accum
         scaler.unscale_(optimizer)
