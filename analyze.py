@@ -4,10 +4,13 @@
                       blocks (its Fig. 3b / Fig. 6, appendix A.3): cosine, or L1 / L2 distance
     word similarity   cosine of the input embeddings of WordSim353-style pairs and its Spearman
                       correlation with the human scores (its Fig. 3a)
+    self-similarity   per layer, the mean cosine of two distinct tokens of one sequence (TaCL's
+                      analysis, Su et al. 2022), and with --heatmap one sentence's token-by-token cosines
 
     python analyze.py --model runs/taco                       # toy corpus and toy word pairs
     python analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,l1,l2 --json a.json
     python analyze.py --model hf_bert_dir --data wikitext103 --pairs wordsim353.tsv --max_len 256
+    python analyze.py --model runs/tacl --heatmap heatmap.png  # + one sentence's token x token cosines
 
 For distances the score is inter - intra, so for every metric a positive score means that
 tokens of one context are closer to each other than to tokens of other contexts.
@@ -86,6 +89,70 @@ def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None)
     return [torch.from_numpy(held[i:i + batch_size]) for i in range(0, n_eval, batch_size)]
 
 
+# ----------------------------------------------------------------------------- self-similarity per layer (TaCL)
+
+@torch.no_grad()
+def self_similarity(encoder, batches):
+    """TaCL's anisotropy analysis (Su et al. 2022): for each layer 1..L, the mean cosine of two
+    distinct tokens of one sequence, pooled over sequences (sum of cosines / number of pairs).
+    The last layer's is contextual_score's intra. -> [layer 1, ..., layer L].
+    For unit vectors z of one sequence, the sum over its ordered pairs is |sum z|^2 - n."""
+    was_training = encoder.training
+    encoder.eval()
+    sums, pairs = 0.0, 0
+    for ids in batches:
+        B, n = ids.shape
+        z = F.normalize(torch.stack(encoder.hidden_states(ids)[1:]).double(), dim=-1)  # (L, B, T, H)
+        sums = sums + (z.sum(2).pow(2).sum(-1) - n).sum(1)  # (L,)
+        pairs += B * n * (n - 1)
+    encoder.train(was_training)
+    return (sums / pairs).tolist()
+
+
+TACL_SENTENCE = "The movement has received support from noted science bloggers, such as biologist Jonathan Eisen."
+
+
+def heatmap_sentence(data, cache_dir=None):
+    """The sentence of TaCL's heatmap; for the toy corpus (whose vocab lacks its words) the corpus's first one."""
+    if data != "toy":
+        return TACL_SENTENCE
+    with open(os.path.join(toy_corpus(cache_dir), "train.txt"), encoding="utf-8") as f:
+        return f.readline().strip()
+
+
+@torch.no_grad()
+def token_cosines(encoder, tok, sentence):
+    """[CLS] sentence [SEP] -> (tokens, (T, T) cosines of every two of its last-layer states)."""
+    tokens = ["[CLS]", *tok.tokenize(sentence)[:encoder.config.max_position_embeddings - 2], "[SEP]"]
+    ids = torch.tensor([[tok.vocab[t] for t in tokens]])
+    was_training = encoder.training
+    h, _ = encoder.eval()(ids)
+    encoder.train(was_training)
+    z = F.normalize(h[0].double(), dim=-1)
+    return tokens, (z @ z.T).numpy()
+
+
+def plot_heatmaps(panels, tokens, path):
+    """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
+    Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)
+    for ax, (name, matrix) in zip(axes[0], panels.items()):
+        im = ax.imshow(matrix, cmap="Blues", vmin=min(0.0, float(matrix.min())), vmax=1.0)
+        ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
+        ax.set_title(name, fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cosine")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    print(f"heatmap: {path}")
+
+
 # ----------------------------------------------------------------------------- word similarity
 
 def read_pairs(path):
@@ -156,13 +223,16 @@ def load_encoder(spec):
 def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
     """Everything this script measures, as one dict."""
     return {"context": context_scores(encoder, batches, metrics),
-            "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)}
+            "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs),
+            "self_similarity": self_similarity(encoder, batches)}
 
 
 def format_report(result):
     lines = [f"{'contextual score':<18}{'intra':>9}{'inter':>9}{'score':>9}"]
     for m, r in result["context"].items():
         lines.append(f"  {m:<16}{r['intra']:>9.4f}{r['inter']:>9.4f}{r['score']:>9.4f}")
+    lines.append("self-similarity per layer (TaCL): "
+                 + ", ".join(f"{i} {v:.3f}" for i, v in enumerate(result["self_similarity"], 1)))
     w = result["wordsim"]
     lines.append(f"word similarity: Spearman {w['spearman']:.4f}, mean cosine {w['mean_cosine']:.4f} "
                  f"over {w['used']} pairs ({w['skipped']} of {w['pairs']} skipped: not single tokens)")
@@ -184,6 +254,9 @@ def main(argv=None):
                    "or toy: the toy corpus's wordsim.txt")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--heatmap", default=None, help="PNG of one sentence's token x token last-layer cosines")
+    p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
+                   "the toy corpus's first)")
     args = p.parse_args(argv)
     try:
         metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
@@ -194,8 +267,10 @@ def main(argv=None):
             raise UsageError("--eval_blocks and --batch_size must be >= 2: 'inter' pairs need two blocks in a batch")
         pairs_file = os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs
         pairs = read_pairs(pairs_file)  # every user mistake is caught before the model runs
-        if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-            raise UsageError(f"--json {args.json}: its folder does not exist")
+        for flag in ("json", "heatmap"):
+            path = getattr(args, flag)
+            if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+                raise UsageError(f"--{flag} {path}: its folder does not exist")
         encoder, tok, run_args, source = load_encoder(args.model)
         wordsim = word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)
         if wordsim["used"] == 0:
@@ -210,12 +285,16 @@ def main(argv=None):
             raise UsageError(f"{data} gives only one block of {max_len} tokens: 'inter' pairs need two; "
                              f"pass more text or a smaller --max_len")
         result = {"model": source, "data": data, "max_len": max_len, "blocks": sum(len(b) for b in batches),
-                  "pairs_file": pairs_file, "context": context_scores(encoder, batches, metrics), "wordsim": wordsim}
+                  "pairs_file": pairs_file, "context": context_scores(encoder, batches, metrics), "wordsim": wordsim,
+                  "self_similarity": self_similarity(encoder, batches)}
     except (UsageError, DataError, FinetuneError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     print(f"{source}: {result['blocks']} held-out blocks of {max_len} from {data}")
     print(format_report(result))
+    if args.heatmap:
+        tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
+        plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)
     if args.json:
         tmp = f"{args.json}.tmp{os.getpid()}"
         with open(tmp, "w") as f:

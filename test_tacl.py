@@ -4,10 +4,12 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import pytest
 import torch
 
+import analyze
 import taco
 from data import load_tokenizer
 from model import Bert, BertConfig, BertForPreTraining
@@ -210,3 +212,38 @@ def test_tacl_resume_is_bit_for_bit(tmp_path, init_run, capsys):
     err = capsys.readouterr().err
     assert "ckpt_00000005.pt, not the" in err and "ckpt_00000004.pt this run's TaCL teacher" in err
     assert open(os.path.join(crashed, "config.json")).read() == config
+
+
+# ----------------------------------------------------------------------------- analysis
+
+def test_self_similarity_per_layer_matches_a_loop_over_pairs():
+    """TaCL's analysis: sum of cos over unordered pairs of distinct tokens of one sequence,
+    pooled over sequences, divided by the number of pairs; layer L's is the contextual intra."""
+    torch.manual_seed(0)
+    bert = Bert(BertConfig.from_size("tiny", vocab_size=50))
+    batches = [torch.randint(0, 50, (3, 6)), torch.randint(0, 50, (2, 6))]
+    got = analyze.self_similarity(bert, batches)
+    assert bert.training  # its mode is restored
+    with torch.no_grad():
+        states = [bert.eval().hidden_states(ids)[1:] for ids in batches]
+    for layer in range(2):
+        total = count = 0
+        for per_batch in states:
+            h = per_batch[layer].double()
+            for b in range(h.shape[0]):
+                for i in range(6):
+                    for j in range(i + 1, 6):
+                        total += torch.nn.functional.cosine_similarity(h[b, i], h[b, j], dim=0).item()
+                        count += 1
+        assert got[layer] == pytest.approx(total / count, abs=1e-9)
+    assert got[-1] == pytest.approx(taco.contextual_score(bert, batches)["intra"], abs=1e-6)  # it normalises in fp32
+
+
+def test_heatmap_png_or_a_note_without_matplotlib(tmp_path, monkeypatch, capsys, init_run):
+    png = tmp_path / "h.png"
+    result = analyze.main(["--model", init_run, "--eval_blocks", "8", "--batch_size", "4", "--heatmap", str(png)])
+    assert png.stat().st_size > 0 and len(result["self_similarity"]) == 2
+    assert "self-similarity per layer (TaCL): 1 " in capsys.readouterr().out
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    analyze.plot_heatmaps({"x": torch.eye(3).numpy()}, ["[CLS]", "a", "[SEP]"], str(tmp_path / "none.png"))
+    assert "pip install matplotlib" in capsys.readouterr().out and not (tmp_path / "none.png").exists()
