@@ -10,6 +10,7 @@ finetune.py's own loop. Output: OUT/study.json, OUT/table.md, the printed table 
     python study.py --variants mlm,taco,taco_masked,mlm_tp,mlm_frozen,taco_frozen --out runs/ablations
     python study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
         --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
+    python study.py --tacl          # TaCL's miniature: MLM, then TaCL vs more MLM from it (docs/tacl.md)
 """
 import argparse
 import contextlib
@@ -27,6 +28,7 @@ import torch
 import analyze
 import finetune
 import taco
+from cli import int_range
 from data import DataError, load_tokenizer, toy_corpus
 from model import BertConfig, BertForPreTraining
 
@@ -43,15 +45,16 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
 }
 
 
-def pretrain(name, args):
-    """Run taco.py for one variant unless OUT/name already holds that finished run; -> run dir."""
+def pretrain(name, args, extra=()):
+    """Run taco.py for one variant (its VARIANTS flags, then `extra`) unless OUT/name already
+    holds that finished run; -> run dir."""
     out = os.path.join(args.out, name)
     shared = {k: getattr(args, k) for k in ("size", "data", "steps", "max_len", "batch_size", "lr", "seed", "device",
                                             "cache_dir")}
     shared["steps"] = shared["steps"] or None  # 0: the recipe's
-    argv = VARIANTS[name] + [f"--{k}={v}" for k, v in shared.items() if v is not None]
+    argv = VARIANTS.get(name, []) + [f"--{k}={v}" for k, v in shared.items() if v is not None]
     argv += shlex.split(args.taco_args) + ["--save_every", str(args.save_every), "--eval_every",
-                                           str(args.save_every), "--keep_last", "1000000", "--out", out]
+                                           str(args.save_every), "--keep_last", "1000000", "--out", out, *extra]
     want = {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}
     with contextlib.suppress(OSError, ValueError, KeyError):
         with open(os.path.join(out, "config.json")) as f:
@@ -130,6 +133,58 @@ def measure(name, run, args, ft, pairs, init_rows):
     return rows
 
 
+# ----------------------------------------------------------------------------- TaCL's miniature
+
+def tacl_runs(args):
+    """MLM for --steps, then --continue_steps more of TaCL and, as the control, of MLM, both
+    from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's AdamW). -> run dirs."""
+    init = pretrain("mlm", args)
+    same = ["--init", init, "--steps", str(args.continue_steps), "--weight_decay", "0"]
+    return {"mlm (init)": init, "tacl": pretrain("tacl", args, ["--objective", "tacl", *same]),
+            "mlm_continued": pretrain("mlm_continued", args, ["--objective", "mlm", *same])}
+
+
+def measure_final(runs, args, ft, pairs):
+    """The final checkpoint of each run: held-out MLM, self-similarity per layer, contextual score,
+    fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
+    rows, panels, batches = [], {}, None
+    for name, run in runs.items():
+        encoder, tok, run_args, _ = analyze.load_encoder(taco.latest_checkpoint(run))
+        if batches is None:
+            batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
+                                              32, args.cache_dir)
+            sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
+        res = analyze.analyze(encoder, tok, batches, pairs)
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            ev = [r for r in map(json.loads, f) if "eval_mlm_loss" in r][-1]
+        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
+        scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []
+        rows.append({"variant": name, "step": ev["step"], "eval_mlm_loss": ev["eval_mlm_loss"],
+                     "eval_mlm_acc": ev["eval_mlm_acc"], "self_similarity": res["self_similarity"],
+                     **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
+                     "wordsim_spearman": res["wordsim"]["spearman"], "ft_scores": scores,
+                     "ft_mean": float(np.mean(scores)) if scores else None,
+                     "ft_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0})
+        tokens, panels[name] = analyze.token_cosines(encoder, tok, sentence)
+        print(f"  {name}: self-similarity {', '.join(f'{v:.3f}' for v in res['self_similarity'])}, "
+              f"ctx {rows[-1]['ctx_score']:.3f}" + (f", fine-tuned {100 * rows[-1]['ft_mean']:.1f}" if scores else ""),
+              flush=True)
+    return rows, tokens, panels
+
+
+def format_tacl_table(rows):
+    layers = len(rows[0]["self_similarity"])
+    lines = ["| model | steps | eval MLM loss / acc | " + " | ".join(f"self-sim. layer {i}" for i in range(1, layers + 1))
+             + " | ctx score (intra − inter) | wordsim ρ | fine-tuned dev (acc+F1)/2 |", "|" + "---|" * (layers + 6)]
+    for r in rows:
+        ft = f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}" if r["ft_scores"] else "–"
+        lines.append(f"| {r['variant']} | {r['step']} | {r['eval_mlm_loss']:.3f} / {r['eval_mlm_acc']:.3f} | "
+                     + " | ".join(f"{v:.3f}" for v in r["self_similarity"])
+                     + f" | {r['ctx_score']:.3f} ({r['ctx_intra']:.3f} − {r['ctx_inter']:.3f}) | "
+                     f"{r['wordsim_spearman']:.3f} | {ft} |")
+    return "\n".join(lines)
+
+
 def format_table(rows):
     fmt = lambda v, s="{:.3f}": "–" if v is None or (isinstance(v, float) and math.isnan(v)) else s.format(v)
     lines = ["| objective | step | eval MLM loss | eval MLM acc | ctx intra | ctx inter | ctx score | wordsim ρ "
@@ -190,6 +245,9 @@ def main(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/study", help="one run directory per objective, plus study.json / table.md")
     p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
+    p.add_argument("--tacl", action="store_true", help="TaCL's miniature instead of --variants: MLM for --steps, "
+                   "then --continue_steps of tacl and of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
+    p.add_argument("--continue_steps", type=int_range(1), default=600, help="--tacl: steps of each continuation")
     # pre-training: None = taco.py's default for --size
     p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
     p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
@@ -217,7 +275,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = PyTorch's default); "
                    "1 is much faster on a machine shared with other jobs")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png)")
+    p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
     args = p.parse_args(argv)
     t0 = time.time()
     if args.threads:
@@ -232,11 +290,11 @@ def main(argv=None):
         pairs = analyze.read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
                                    if args.pairs == "toy" else args.pairs)  # a bad file fails before training
         os.makedirs(args.out, exist_ok=True)
-        runs = {name: pretrain(name, args) for name in names}
+        runs = tacl_runs(args) if args.tacl else {name: pretrain(name, args) for name in names}
         t_train = time.time() - t0
         ft = {}
         if args.ft_seeds:  # the toy task, tokenised once; the run's vocab (all runs share it)
-            tok = load_tokenizer(os.path.join(runs[names[0]], "vocab.txt"))
+            tok = load_tokenizer(os.path.join(next(iter(runs.values())), "vocab.txt"))
             fargs = finetune.get_args(["--max_len", str(args.ft_max_len)])
             fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
             fargs.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -248,19 +306,26 @@ def main(argv=None):
             if args.ft_train:
                 data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
             ft = {"args": fargs, "data": data}
-        init_rows = {}
-        rows = [row for name in names for row in measure(name, runs[name], args, ft, pairs, init_rows)]
+        if args.tacl:
+            rows, tokens, panels = measure_final(runs, args, ft, pairs)
+        else:
+            init_rows = {}
+            rows = [row for name in names for row in measure(name, runs[name], args, ft, pairs, init_rows)]
     except (taco.UsageError, finetune.FinetuneError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    table = format_table(rows)
+    table = format_tacl_table(rows) if args.tacl else format_table(rows)
     wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
-    with open(os.path.join(args.out, "study.json"), "w") as f:
+    prefix = "tacl" if args.tacl else "study"
+    with open(os.path.join(args.out, f"{prefix}.json"), "w") as f:
         json.dump({"settings": {k: v for k, v in vars(args).items()}, "wall": wall, "rows": rows}, f, indent=2)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
+    with open(os.path.join(args.out, "tacl_table.md" if args.tacl else "table.md"), "w") as f:
         f.write(table + "\n")
     print(table)
-    plot(rows, args.plot or os.path.join(args.out, "study.png"))
+    if args.tacl:
+        analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
+    else:
+        plot(rows, args.plot or os.path.join(args.out, "study.png"))
     print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
     return rows
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import analyze
+import study
 import taco
 from data import load_tokenizer
 from model import Bert, BertConfig, BertForPreTraining
@@ -247,3 +248,18 @@ def test_heatmap_png_or_a_note_without_matplotlib(tmp_path, monkeypatch, capsys,
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     analyze.plot_heatmaps({"x": torch.eye(3).numpy()}, ["[CLS]", "a", "[SEP]"], str(tmp_path / "none.png"))
     assert "pip install matplotlib" in capsys.readouterr().out and not (tmp_path / "none.png").exists()
+
+
+def test_study_tacl_miniature_smoke(tmp_path, capsys):
+    """MLM, then tacl and mlm continued from its final checkpoint; a second call reuses all three runs."""
+    out = tmp_path / "study"
+    argv = ["--tacl", "--out", str(out), "--steps", "4", "--continue_steps", "2", "--save_every", "2",
+            "--max_len", "32", "--batch_size", "4", "--ft_seeds", "", "--taco_args", "--eval_blocks 8"]
+    rows = study.main(argv)
+    assert [(r["variant"], r["step"]) for r in rows] == [("mlm (init)", 4), ("tacl", 2), ("mlm_continued", 2)]
+    assert all(len(r["self_similarity"]) == 2 for r in rows)
+    config = json.load(open(out / "tacl" / "config.json"))
+    assert config["init"]["source"].endswith("ckpt_00000004.pt") and config["args"]["weight_decay"] == 0
+    assert "| tacl | 2 |" in (out / "tacl_table.md").read_text() and (out / "tacl_heatmap.png").exists()
+    study.main(argv)
+    assert capsys.readouterr().out.count("reusing the finished run") == 3
