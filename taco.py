@@ -364,7 +364,8 @@ def check_args(args, world_size):
 def check_tacl_args(args):
     """TaCL continues a trained model (its teacher is a frozen copy of it); TACO's sampling flags
     do not apply to it, nor the teacher's flag to the other objectives."""
-    given = lambda flag: getattr(args, flag) != getattr(get_args([]), flag)  # differs from its default
+    defaults = vars(get_args([]))
+    given = lambda flag: getattr(args, flag) != defaults[flag]  # set to other than its default
     if args.objective != "tacl":
         if given("teacher_dropout"):
             raise UsageError("--teacher_dropout applies only to --objective tacl")
