@@ -143,8 +143,9 @@ def plot_heatmaps(panels, tokens, path):
         print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)
+    low = min(0.0, *(float(m.min()) for m in panels.values()))  # one colour scale for every panel
     for ax, (name, matrix) in zip(axes[0], panels.items()):
-        im = ax.imshow(matrix, cmap="Blues", vmin=min(0.0, float(matrix.min())), vmax=1.0)
+        im = ax.imshow(matrix, cmap="Blues", vmin=low, vmax=1.0)
         ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
         ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
         ax.set_title(name, fontsize=9)
