@@ -12,7 +12,8 @@ tokens masked by data.mask_tokens.
     taco-mlm  taco's BertForPreTraining: MLM logits only at the masked rows
     taco-tc   the same + taco's TC loss (window 5, K 50, tau 0.07): TACO
     hf-mlm    transformers.BertForMaskedLM (sdpa): logits over the vocabulary at every token
-    hf-tc     the same + the TC loss in the plain form users bolt on: gather (N, K, H)
+    hf-tc     the same + the TC loss in its plain form, as users bolt it on: taco.tc_loss(fast=False),
+              which gathers an (N, 1+K, H) copy of the keys
 Variants alternate step by step (A B C D A B C D ...) and the table shows medians, so the
 machine's drift cancels. "peak MB" is what two steps add on top of the weights (gradients,
 AdamW state, activations, temporaries): the CUDA allocator's peak, or on CPU the peak RSS
@@ -32,11 +33,10 @@ import time
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
 from data import mask_tokens
 from model import SIZES, BertConfig, BertForPreTraining
-from taco import compute_loss, configure_optimizer, sample_negatives, sample_positives
+from taco import compute_loss, configure_optimizer, similarity_route, tc_loss
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
 # Dense bf16 peak FLOP/s by device name, for MFU.
@@ -74,24 +74,6 @@ def get_args(argv=None):
     return args
 
 
-def plain_tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
-                  generator=None, positions=None):
-    """taco.tc_loss in the compact form of the official code, as users bolt it onto another
-    model: normalise, gather the positives (N, H) and negatives (N, K, H), two einsums, CE.
-    The same samplers, so the same value; test_speed.py's reference for the fast form."""
-    B, T, H = h.shape
-    real = torch.ones(B, T, dtype=torch.bool, device=h.device) if attention_mask is None else attention_mask.bool()
-    pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)
-    anchors = real & (real.sum(1, keepdim=True) >= 2)
-    if positions is not None:
-        anchors &= positions.bool()
-    with torch.autocast(h.device.type, enabled=False):
-        z = F.normalize(h.float() - e.float(), dim=-1).reshape(B * T, H)
-        a, p, n = z[anchors.reshape(-1)], z.detach()[pos[anchors]], z.detach()[neg[anchors]]  # (N, [K,] H)
-        logits = torch.cat([torch.einsum("nh,nh->n", a, p)[:, None], torch.einsum("nh,nkh->nk", a, n)], 1)
-        return F.cross_entropy(logits / temperature, torch.zeros(len(a), dtype=torch.long, device=h.device))
-
-
 def make_batch(args):
     """Random bert-base-uncased ids: [CLS] ... [SEP], 15% masked (80/10/10)."""
     tok = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103)
@@ -115,8 +97,8 @@ def make_step(name, args, cfg, inputs, labels):
                                          "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")})
         model = transformers.BertForMaskedLM(hf_cfg)
     model = model.to(args.device).train()
-    loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm",
-                                tc_weight=1.0, window=5, negatives=50, temperature=0.07)
+    loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm", tc_weight=1.0, window=5,
+                                negatives=50, temperature=0.07, negatives_from="device", plain_tc=False)
     optimizer = configure_optimizer(model, lr=1e-4, weight_decay=0.01)
     scaler = torch.amp.GradScaler(args.device.type, enabled=args.dtype == "fp16")
     run = torch.compile(model) if args.compile else model
@@ -130,8 +112,8 @@ def make_step(name, args, cfg, inputs, labels):
                 loss = compute_loss(run, inputs, labels, None, loss_args, gen)[0]
             else:
                 out = run(input_ids=inputs, labels=labels, output_hidden_states=name == "hf-tc")
-                loss = out.loss if name == "hf-mlm" else out.loss + plain_tc_loss(
-                    out.hidden_states[-1], out.hidden_states[0], generator=gen)
+                loss = out.loss if name == "hf-mlm" else out.loss + tc_loss(
+                    out.hidden_states[-1], out.hidden_states[0], generator=gen, fast=False)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -280,6 +262,11 @@ def main(argv=None):
         return med[a] / med[b] if a in med and b in med else float("nan")
     print(f"\nTC step / MLM step: taco {ratio('taco-tc', 'taco-mlm'):.3f}, Hugging Face + plain TC "
           f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
+    n = args.batch_size * args.max_len  # anchors = keys: every token of the micro-batch
+    route, madds = similarity_route(n, n, 1 + 50, cfg.hidden_size)
+    print(f"TC similarities per step (forward + backward): taco {2 * madds / 1e9:.2f} GFLOP by the {route} route; "
+          f"the plain einsum {4 * n * 51 * cfg.hidden_size / 1e9:.2f} GFLOP; an N x N product "
+          f"{2 * (n * n + n * 51) * cfg.hidden_size / 1e9:.2f} GFLOP")
     print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
     print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
 
