@@ -7,10 +7,13 @@
     word similarity   mean cosine of the input embeddings of the WordSim353-style pairs that
                       co-occur in a held-out document (its Fig. 3a); extra: the Spearman
                       correlation of the cosine with the human scores over all pairs
+    self-similarity   per layer, the mean cosine of two distinct tokens of one sequence (TaCL's
+                      analysis, Su et al. 2022), and with --heatmap one sentence's token-by-token cosines
 
     python analyze.py --model runs/taco                       # toy corpus and toy word pairs
     python analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json
     python analyze.py --model hf_bert_dir --data wikitext103 --pairs wordsim353.tsv --max_len 256
+    python analyze.py --model runs/tacl --heatmap heatmap.png  # + one sentence's token x token cosines
 
 For distances the score is inter - intra, so for every metric a positive score means that
 tokens of one context are closer to each other than to tokens of other contexts.
@@ -94,6 +97,71 @@ def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None)
     n_eval = min(eval_blocks, len(blocks) // 10) or min(eval_blocks, len(blocks))
     _, held = blocks.split(len(blocks) - n_eval)
     return [torch.from_numpy(held[i:i + batch_size].astype(np.int64)) for i in range(0, n_eval, batch_size)]
+
+
+# ----------------------------------------------------------------------------- self-similarity per layer (TaCL)
+
+@torch.no_grad()
+def self_similarity(encoder, batches):
+    """TaCL's anisotropy analysis (Su et al. 2022): for each layer 1..L, the mean cosine of two
+    distinct tokens of one sequence, pooled over sequences (sum of cosines / number of pairs).
+    The last layer's is contextual_score's intra. -> [layer 1, ..., layer L].
+    For unit vectors z of one sequence, the sum over its ordered pairs is |sum z|^2 - n."""
+    was_training = encoder.training
+    encoder.eval()
+    sums, pairs = 0.0, 0
+    for ids in batches:
+        B, n = ids.shape
+        z = F.normalize(torch.stack(encoder.hidden_states(ids)[1:]).double(), dim=-1)  # (L, B, T, H)
+        sums = sums + (z.sum(2).pow(2).sum(-1) - n).sum(1)  # (L,)
+        pairs += B * n * (n - 1)
+    encoder.train(was_training)
+    return (sums / pairs).tolist()
+
+
+TACL_SENTENCE = "The movement has received support from noted science bloggers, such as biologist Jonathan Eisen."
+
+
+def heatmap_sentence(data, cache_dir=None):
+    """The sentence of TaCL's heatmap; for the toy corpus (whose vocab lacks its words) the corpus's first one."""
+    if data != "toy":
+        return TACL_SENTENCE
+    with open(os.path.join(toy_corpus(cache_dir), "train.txt"), encoding="utf-8") as f:
+        return f.readline().strip()
+
+
+@torch.no_grad()
+def token_cosines(encoder, tok, sentence):
+    """[CLS] sentence [SEP] -> (tokens, (T, T) cosines of every two of its last-layer states)."""
+    tokens = ["[CLS]", *tok.tokenize(sentence)[:encoder.config.max_position_embeddings - 2], "[SEP]"]
+    ids = torch.tensor([[tok.vocab[t] for t in tokens]])
+    was_training = encoder.training
+    h, _ = encoder.eval()(ids)
+    encoder.train(was_training)
+    z = F.normalize(h[0].double(), dim=-1)
+    return tokens, (z @ z.T).numpy()
+
+
+def plot_heatmaps(panels, tokens, path):
+    """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
+    Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)
+    low = min(0.0, *(float(m.min()) for m in panels.values()))  # one colour scale for every panel
+    for ax, (name, matrix) in zip(axes[0], panels.items()):
+        im = ax.imshow(matrix, cmap="Blues", vmin=low, vmax=1.0)
+        ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
+        ax.set_title(name, fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cosine")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    print(f"heatmap: {path}")
 
 
 # ----------------------------------------------------------------------------- word similarity
@@ -190,7 +258,8 @@ def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
     contexts ("context") and with documents as contexts ("context_doc"), word similarity."""
     return {"context": context_scores(encoder, batches, metrics),
             "context_doc": context_scores(encoder, batches, metrics, tok.sep_id),
-            "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs, batches)}
+            "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs, batches),
+            "self_similarity": self_similarity(encoder, batches)}
 
 
 def format_report(result):
@@ -199,6 +268,8 @@ def format_report(result):
         for m, r in result[form].items():
             lines.append(f"  {m + ', ' + label + 's':<24}{r['intra']:>9.4f}{r['inter']:>9.4f}"
                          f"{r['score']:>9.4f}{r['ratio']:>9.4f}")
+    lines.append("self-similarity per layer (TaCL): "
+                 + ", ".join(f"{i} {v:.3f}" for i, v in enumerate(result["self_similarity"], 1)))
     w = result["wordsim"]
     lines.append(f"word similarity (Fig. 3a): mean cosine {w['cooc_mean_cosine']:.4f} of the {w['cooc_pairs']} "
                  f"pairs that co-occur in a held-out document")
@@ -224,6 +295,9 @@ def main(argv=None):
                    "or toy: the toy corpus's wordsim.txt")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--heatmap", default=None, help="PNG of one sentence's token x token last-layer cosines")
+    p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
+                   "the toy corpus's first)")
     args = p.parse_args(argv)
     with cli.errors():
         metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
@@ -232,8 +306,9 @@ def main(argv=None):
             raise UsageError(f"unknown metric {', '.join(bad) or repr(args.metrics)}; choose from {', '.join(METRICS)}")
         pairs_file = os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs
         pairs = read_pairs(pairs_file)  # every user mistake is caught before the model runs
-        if args.json:
-            cli.output_path(args.json, "--json", folder=False)
+        for flag in ("json", "heatmap"):
+            if getattr(args, flag):
+                cli.output_path(getattr(args, flag), f"--{flag}", folder=False)
         encoder, tok, run_args, source = load_encoder(args.model)
         if word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["used"] == 0:
             raise UsageError(f"none of the {len(pairs)} pairs of {pairs_file} are two single tokens of "
@@ -250,6 +325,9 @@ def main(argv=None):
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
         print(f"{source}: {result['blocks']} held-out blocks of {max_len} from {data}")
         print(format_report(result))
+        if args.heatmap:
+            tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
+            plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)
         if args.json:
             cli.write_json(args.json, result)  # all or nothing
         return result

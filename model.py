@@ -211,14 +211,18 @@ class Bert(PretrainedMixin, nn.Module):
         self.apply(lambda m: init_weights(m, config.initializer_range))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        states = self.hidden_states(input_ids, attention_mask, token_type_ids)
+        return states[-1], states[0]
+
+    def hidden_states(self, input_ids, attention_mask=None, token_type_ids=None):
+        """[e, h_1, ..., h_L]: the embedding-layer output, then every layer's output, each (B, T, H)."""
         mask = None
         if attention_mask is not None:  # (B, T) of 1 = real token, 0 = padding
             mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T) over keys
-        e = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
-        h = e
+        states = [self.embeddings(input_ids, token_type_ids)]  # (B, T, H)
         for layer in self.layers:
-            h = layer(h, mask)
-        return h, e
+            states.append(layer(states[-1], mask))
+        return states
 
 
 class MLMHead(nn.Module):

@@ -14,6 +14,7 @@ and the step ratio at which each objective first reaches MLM's final fine-tuned 
     python study.py --variants mlm,taco,taco_masked,mlm_tp,mlm_frozen,taco_frozen --out runs/ablations
     python study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
         --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
+    python study.py --tacl          # TaCL's miniature: MLM, then TaCL vs more MLM from it (docs/tacl.md)
 """
 import argparse
 import contextlib
@@ -49,16 +50,17 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
 }
 
 
-def pretrain(name, args, seed, out_dir):
-    """Run taco.py for one variant unless out_dir/name already holds that finished run; -> run dir."""
+def pretrain(name, args, seed, out_dir, extra=()):
+    """Run taco.py for one variant (its VARIANTS flags, then `extra`) unless out_dir/name already
+    holds that finished run; -> run dir."""
     out = os.path.join(out_dir, name)
     shared = {k: getattr(args, k) for k in ("size", "data", "steps", "max_len", "batch_size", "lr", "device",
                                             "cache_dir")}
     shared["seed"] = seed
     shared["steps"] = shared["steps"] or None  # 0: the recipe's
-    argv = VARIANTS[name] + [f"--{k}={v}" for k, v in shared.items() if v is not None]
+    argv = VARIANTS.get(name, []) + [f"--{k}={v}" for k, v in shared.items() if v is not None]
     argv += shlex.split(args.taco_args) + ["--save_every", str(args.save_every), "--eval_every",
-                                           str(args.save_every), "--keep_last", "1000000", "--out", out]
+                                           str(args.save_every), "--keep_last", "1000000", "--out", out, *extra]
     want = {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}
     with contextlib.suppress(OSError, ValueError, KeyError):
         have = cli.read_json(os.path.join(out, "config.json"))["args"]
@@ -147,6 +149,57 @@ GOALS = [("ft_mean", "fine-tuned", 1), ("eval_mlm_loss", "MLM loss", -1), ("word
 
 def fmt(v, s="{:.3f}"):
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else s.format(v)
+
+
+# ----------------------------------------------------------------------------- TaCL's miniature
+
+def tacl_runs(args, seed):
+    """MLM for --steps, then --continue_steps more of TaCL and, as the control, of MLM, both
+    from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's AdamW). -> run dirs."""
+    init = pretrain("mlm", args, seed, args.out)
+    same = ["--init", init, "--steps", str(args.continue_steps), "--weight_decay", "0"]
+    return {"mlm (init)": init, "tacl": pretrain("tacl", args, seed, args.out, ["--objective", "tacl", *same]),
+            "mlm_continued": pretrain("mlm_continued", args, seed, args.out, ["--objective", "mlm", *same])}
+
+
+def measure_final(runs, args, ft, pairs):
+    """The final checkpoint of each run: held-out MLM, self-similarity per layer, contextual score,
+    fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
+    rows, panels, batches = [], {}, None
+    for name, run in runs.items():
+        encoder, tok, run_args, _ = analyze.load_encoder(taco.latest_checkpoint(run))
+        if batches is None:
+            batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
+                                              32, args.cache_dir)
+            sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
+        res = analyze.analyze(encoder, tok, batches, pairs)
+        ev = [r for r in cli.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
+        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
+        scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []
+        rows.append({"variant": name, "step": ev["step"], "eval_mlm_loss": ev["eval_mlm_loss"],
+                     "eval_mlm_acc": ev["eval_mlm_acc"], "self_similarity": res["self_similarity"],
+                     **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
+                     "wordsim_spearman": res["wordsim"]["spearman"], "ft_scores": scores,
+                     "ft_mean": float(np.mean(scores)) if scores else None,
+                     "ft_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0})
+        tokens, panels[name] = analyze.token_cosines(encoder, tok, sentence)
+        print(f"  {name}: self-similarity {', '.join(f'{v:.3f}' for v in res['self_similarity'])}, "
+              f"ctx {rows[-1]['ctx_score']:.3f}" + (f", fine-tuned {100 * rows[-1]['ft_mean']:.1f}" if scores else ""),
+              flush=True)
+    return rows, tokens, panels
+
+
+def format_tacl_table(rows):
+    layers = len(rows[0]["self_similarity"])
+    lines = ["| model | steps | eval MLM loss / acc | " + " | ".join(f"self-sim. layer {i}" for i in range(1, layers + 1))
+             + " | ctx score (intra − inter) | wordsim ρ | fine-tuned dev (acc+F1)/2 |", "|" + "---|" * (layers + 6)]
+    for r in rows:
+        ft = f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}" if r["ft_scores"] else "–"
+        lines.append(f"| {r['variant']} | {r['step']} | {r['eval_mlm_loss']:.3f} / {r['eval_mlm_acc']:.3f} | "
+                     + " | ".join(f"{v:.3f}" for v in r["self_similarity"])
+                     + f" | {r['ctx_score']:.3f} ({r['ctx_intra']:.3f} − {r['ctx_inter']:.3f}) | "
+                     f"{r['wordsim_spearman']:.3f} | {ft} |")
+    return "\n".join(lines)
 
 
 def format_table(rows):
@@ -255,6 +308,9 @@ def main(argv=None):
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/study", help="one run directory per objective, plus study.json / table.md")
     p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
+    p.add_argument("--tacl", action="store_true", help="TaCL's miniature instead of --variants: MLM for --steps, "
+                   "then --continue_steps of tacl and of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
+    p.add_argument("--continue_steps", type=int_range(1), default=600, help="--tacl: steps of each continuation")
     # pre-training: None = taco.py's default for --size
     p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
     p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
@@ -286,7 +342,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int_range(0), default=0, help="CPU threads per process (0 = PyTorch's default); "
                    "1 is much faster on a machine shared with other jobs")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png)")
+    p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
     args = p.parse_args(argv)
     t0 = time.time()
     if args.threads:
@@ -304,6 +360,11 @@ def main(argv=None):
                                    if args.pairs == "toy" else args.pairs)  # a bad file fails before training
         if args.plot:
             cli.output_path(args.plot, "--plot", folder=False)
+        if args.tacl:
+            if len(args.seed) > 1:
+                raise taco.UsageError("--tacl runs one pre-training seed: pass one --seed")
+            os.makedirs(args.out, exist_ok=True)
+            return tacl_study(args, pairs, device, t0)
         rows, wall, ft, init_rows = [], {}, None, {}
         for seed in args.seed:
             t_seed = time.time()
@@ -363,6 +424,22 @@ def save(out, args, wall, rows, table):
     cli.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     plot(rows, os.path.join(out, "study.png") if not args.plot or out != args.out else args.plot)
+
+
+def tacl_study(args, pairs, device, t0):
+    """--tacl: TaCL's miniature, for one pre-training seed; OUT/tacl.json, tacl_table.md, tacl_heatmap.png."""
+    runs = tacl_runs(args, args.seed[0])
+    t_train = time.time() - t0
+    ft = finetune_data(args, os.path.join(next(iter(runs.values())), "vocab.txt"), device) if args.ft_seeds else {}
+    rows, tokens, panels = measure_final(runs, args, ft, pairs)
+    table = format_tacl_table(rows)
+    wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
+    cli.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    cli.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
+    print(table)
+    analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
+    print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
+    return rows
 
 
 if __name__ == "__main__":

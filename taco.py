@@ -38,7 +38,7 @@ from tqdm import tqdm
 import cli
 from cli import UsageError, float_range, int_range
 from data import load_tokenizer, make_blocks, mask_tokens, token_cache_path, tokenize_corpus
-from model import SIZES, BertConfig, BertForPreTraining
+from model import SIZES, Bert, BertConfig, BertForPreTraining
 
 
 # ----------------------------------------------------------------------------- the TC loss (the paper's Sec. 3)
@@ -187,6 +187,48 @@ def similarity_route(n, m, j, h):
     return "sampled", 2 * n * j * h
 
 
+# ----------------------------------------------------------------------------- the TaCL loss
+
+def tacl_loss(student_h, teacher_h, anchors, temperature=0.01):
+    """TaCL's token-aware contrastive loss (Su et al., NAACL Findings 2022), averaged over anchors:
+
+        L_TaCL = -1/|M| sum_{i in M} log( exp(cos(s_i, t_i)/tau) / sum_{j=1..T} exp(cos(s_i, t_j)/tau) )
+
+    s = student states of the *masked* sequence, t = a frozen teacher's states of the *unmasked*
+    one; M = the anchors (the MLM-selected positions). The positive of s_i is t_i, the teacher's
+    state at the same position; the negatives are the teacher's states at every other position of
+    the same sequence, never of another sequence.
+    student_h, teacher_h: (B, T, H); anchors: (B, T) bool. Only student_h gets a gradient.
+    """
+    B, T, _ = student_h.shape
+    with torch.autocast(student_h.device.type, enabled=False):  # tau = 0.01 puts logits at +-100: fp32
+        s = F.normalize(student_h.float(), dim=-1)  # cosine = dot product of unit vectors
+        t = F.normalize(teacher_h.float(), dim=-1).detach()  # the teacher is a target, not trained
+        logits = s @ t.transpose(1, 2) / temperature  # (B, T, T): row i = s_i against every t_j
+        target = torch.arange(T, device=s.device).repeat(B)  # the positive of row i is column i
+        loss = F.cross_entropy(logits.reshape(B * T, T), target, reduction="none")  # (B*T,)
+        # The mean over anchors, by weights rather than by selecting rows: no host sync on GPU.
+        weight = anchors.reshape(-1).float()
+        return (loss * weight).sum() / weight.sum()
+
+
+def make_teacher(cfg, init_state, dropout, device):
+    """TaCL's teacher: a frozen copy of the --init encoder. It lives outside the trained model, so
+    it is in no optimizer, DDP wrapper or checkpoint; every rank builds it from the same --init,
+    and a resumed run rebuilds it from there. dropout=True is the official code's behaviour (its
+    teacher follows model.train(); yxuansu/TaCL#11)."""
+    teacher = Bert(cfg).to(device)
+    teacher.load_state_dict({k[5:]: v for k, v in init_state.items() if k.startswith("bert.")})
+    return teacher.requires_grad_(False).train(dropout)
+
+
+def tacl_teacher_loss(teacher, ids, student_h, anchors, temperature):
+    """The teacher reads the unmasked ids (the student read the masked ones) -> tacl_loss."""
+    with torch.no_grad():
+        teacher_h, _ = teacher(ids)
+    return tacl_loss(student_h, teacher_h, anchors, temperature)
+
+
 # ----------------------------------------------------------------------------- the contextual score
 
 def document_segments(ids, sep_id):
@@ -293,8 +335,9 @@ def get_args(argv=None):
     p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
     # model and objective
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
-    p.add_argument("--objective", default="taco", choices=["taco", "mlm"], help="taco = MLM + TC; mlm = the baseline")
-    p.add_argument("--tc_weight", type=float_range(0), default=1.0, help="lambda in loss = MLM + lambda * TC")
+    p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl"],
+                   help="taco = MLM + TC; mlm = the baseline; tacl = MLM + TaCL (Su et al. 2022; needs --init)")
+    p.add_argument("--tc_weight", type=float_range(0), default=1.0, help="lambda in loss = MLM + lambda * TC (or TaCL)")
     p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
                    help="anchors of the TC loss: every real token, or only masked / unmasked ones")
     p.add_argument("--window", type=int_range(2), default=5, help="W: positives lie within W//2 positions of the anchor "
@@ -303,9 +346,12 @@ def get_args(argv=None):
     p.add_argument("--negatives_from", default="device", choices=["device", "global"],
                    help="draw negatives from this device's micro-batch, or from every rank's (all-gathered, "
                    "detached), as the official single-process multi-GPU runs did")
-    p.add_argument("--temperature", type=float_range(0, lo_open=True), default=0.07, help="tau of the InfoNCE softmax")
+    p.add_argument("--temperature", type=float_range(0, lo_open=True), default=None, help="tau of the InfoNCE softmax "
+                   "(default: 0.07 for taco, 0.01 for tacl)")
     p.add_argument("--plain_tc", action="store_true", help="compute the TC cosines by the plain einsum "
                    "(the same numbers, slower, more memory) instead of taco.SampledCosines")
+    p.add_argument("--teacher_dropout", default="on", choices=["on", "off"],
+                   help="tacl: dropout in the frozen teacher; on as in the official code (yxuansu/TaCL#11)")
     p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=0.15,
                    help="fraction of tokens masked")
     p.add_argument("--predict_all", action="store_true", help="MLM+TP ablation: add a token-prediction loss, "
@@ -354,6 +400,8 @@ def get_args(argv=None):
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
     args = p.parse_args(argv)
     recipe = RECIPES[args.size]
+    if args.temperature is None:
+        args.temperature = 0.01 if args.objective == "tacl" else 0.07
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
     for k, v in recipe.items():
@@ -370,6 +418,7 @@ def get_args(argv=None):
 def check_args(args, world_size):
     """Catch mistakes that involve several flags (each flag's own range is checked by argparse)
     before anything is written; returns the accumulation steps."""
+    check_tacl_args(args)
     if args.warmup > args.steps:
         raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
     if args.batch_size % world_size:
@@ -387,6 +436,25 @@ def check_args(args, world_size):
                          f"of the other sequences in a device batch; lower it or raise --device_batch_size")
     args.device_batch_size = dbs
     return per_rank // dbs
+
+
+def check_tacl_args(args):
+    """TaCL continues a trained model (its teacher is a frozen copy of it); TACO's sampling flags
+    do not apply to it, nor the teacher's flag to the other objectives."""
+    defaults = vars(get_args([]))
+    given = lambda flag: getattr(args, flag) != defaults[flag]  # set to other than its default
+    if args.objective != "tacl":
+        if given("teacher_dropout"):
+            raise UsageError("--teacher_dropout applies only to --objective tacl")
+        return
+    if not args.init:
+        raise UsageError("--objective tacl continues a trained model and distils from a frozen copy of it: "
+                         "pass --init RUN|ckpt|HF dir")
+    refused = [f"--{flag}" for flag in ("window", "negatives", "negatives_from", "tc_positions", "predict_all",
+                                        "plain_tc") if given(flag)]
+    if refused:
+        raise UsageError(f"{', '.join(refused)} {'does' if len(refused) == 1 else 'do'} not apply to --objective "
+                         f"tacl (its anchors are the masked tokens, its negatives the other tokens of the sequence)")
 
 
 def get_lr(step, lr, warmup, steps):
@@ -576,6 +644,18 @@ def copy_vocab(src, out):
         cli.atomic_write(dst, lambda f: f.write(data))
 
 
+def check_teacher_unchanged(out, source):
+    """A resumed tacl run rebuilds its teacher from --init: refuse an init that changed since
+    (e.g. --init RUN whose newest checkpoint is now another one)."""
+    try:
+        recorded = cli.read_json(os.path.join(out, "config.json")).get("init") or {}
+    except (OSError, UsageError):  # no (readable) config.json: nothing recorded to compare with
+        return
+    if recorded.get("sha256") != (_sha256(source) if os.path.isfile(source) else None):
+        raise UsageError(f"--init now gives {source}, not the {recorded.get('source')} this run's TaCL teacher "
+                         f"was built from; resume with that one or pass --force")
+
+
 def masked_batch(ids, tok, args, generator):
     """Dynamic masking of one micro-batch -> (inputs, labels, tp_labels, tc anchor positions or None).
 
@@ -593,8 +673,9 @@ def masked_batch(ids, tok, args, generator):
     return inputs, labels, tp_labels, anchors
 
 
-def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None):
+def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None, ids=None, teacher=None):
     """loss = MLM + lambda * TC (the paper's Eq. 5) -> (loss, mlm, tc, tp) for logging.
+    tacl: MLM + lambda * TaCL, logged as tc; `teacher` reads the unmasked `ids`.
 
     With tp_labels (--predict_all), the MLM+TP ablation adds a token-prediction loss, the mean
     over the unmasked tokens, to MLM's mean over the masked ones: loss = MLM + TP (+ lambda TC).
@@ -610,6 +691,8 @@ def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None
         group = dist.group.WORLD if args.negatives_from == "global" and dist.is_initialized() else None
         tc = tc_loss(h, e, window=args.window, num_negatives=args.negatives, temperature=args.temperature,
                      generator=generator, positions=anchors, fast=not args.plain_tc, group=group)
+    elif args.objective == "tacl":  # anchors: the MLM-selected positions
+        tc = tacl_teacher_loss(teacher, ids, h, labels != -100, args.temperature)
     return mlm + tp + args.tc_weight * tc, mlm, tc, tp
 
 
@@ -679,6 +762,8 @@ def train(args, cleanup):
                          f"fewer than one batch of {args.batch_size}; lower --batch_size or add data")
     if master:
         prepare_out(args, ckpt, overwrite=args.force or restarted)
+        if resuming and args.objective == "tacl" and not args.force:
+            check_teacher_unchanged(args.out, init_source)
     if world > 1:
         dist.barrier()
 
@@ -695,6 +780,8 @@ def train(args, cleanup):
         # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
         # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
         raw.bert.embeddings.requires_grad_(False)
+    teacher = (make_teacher(cfg, init_state, args.teacher_dropout == "on", device)
+               if args.objective == "tacl" else None)
     optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
     start, skipped = 0, 0
@@ -767,7 +854,8 @@ def train(args, cleanup):
             if world > 1:  # all-reduce the gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == accum - 1
             with autocast:
-                loss, mlm, tc, tp = compute_loss(model, inputs, labels, anchors, args, dev_gen, tp_labels)
+                loss, mlm, tc, tp = compute_loss(model, inputs, labels, anchors, args, dev_gen, tp_labels,
+                                                 ids.to(device, non_blocking=True), teacher)
             scaler.scale(loss / accum).backward()
             sums += torch.stack([loss, mlm, tc, tp]).detach().float() / accum
         scaler.unscale_(optimizer)
