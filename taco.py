@@ -26,6 +26,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -34,8 +35,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from data import DataError, load_tokenizer, make_blocks, mask_tokens, tokenize_corpus
-from model import SIZES, BertConfig, BertForPreTraining
+from cli import float_range, int_range
+from data import DataError, load_tokenizer, make_blocks, mask_tokens, retromae_batch, tokenize_corpus
+from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 
 
 class UsageError(ValueError):
@@ -156,6 +158,33 @@ class SampledCosines(torch.autograd.Function):
             return F.embedding_bag(cols, z, per_sample_weights=grad.to(z.dtype), mode="sum"), None, None
 
 
+# ----------------------------------------------------------------------------- RetroMAE's decoder loss
+
+class DecoderInputs(NamedTuple):
+    """RetroMAE's decoder batch: the unmasked ids, the (B, T, T) visibility, the labels."""
+    ids: torch.Tensor
+    visible: torch.Tensor
+    labels: torch.Tensor
+
+    def to(self, device, non_blocking=False):
+        return DecoderInputs(*(t.to(device, non_blocking=non_blocking) for t in self))
+
+
+def retromae_loss(model, inputs, labels, dec, decoder_weight=1.0):
+    """RetroMAE (Xiao et al. 2022): L = L_enc + L_dec -> (loss, L_enc, L_dec).
+
+    L_enc: MLM of the encoder on its whole-word-masked input (the encoding task);
+    L_dec: the one-layer decoder rebuilds every non-special token of the unmasked text from
+    the [CLS] state and the keys its row may see (enhanced decoding); both are mean
+    cross-entropies of the shared MLM head. The decoder's logits are computed only at its labels.
+    """
+    enc_logits, dec_logits, _, _ = model(inputs, labels=labels, dec_ids=dec.ids, dec_visible=dec.visible,
+                                         dec_labels=dec.labels)
+    enc = F.cross_entropy(enc_logits.float(), labels[labels != -100])
+    rebuild = F.cross_entropy(dec_logits.float(), dec.labels[dec.labels != -100])
+    return enc + decoder_weight * rebuild, enc, rebuild
+
+
 # ----------------------------------------------------------------------------- the contextual score
 
 @torch.no_grad()
@@ -218,17 +247,25 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
     # model and objective
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
-    p.add_argument("--objective", default="taco", choices=["taco", "mlm"], help="taco = MLM + TC; mlm = the baseline")
+    p.add_argument("--objective", default="taco", choices=["taco", "mlm", "retromae"],
+                   help="taco = MLM + TC; mlm = the baseline; retromae = whole-word MLM + RetroMAE's decoder loss")
     p.add_argument("--tc_weight", type=float, default=1.0, help="lambda in loss = MLM + lambda * TC")
     p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
                    help="anchors of the TC loss: every real token, or only masked / unmasked ones")
     p.add_argument("--window", type=int, default=5, help="W: positives lie within W//2 positions of the anchor")
     p.add_argument("--negatives", type=int, default=50, help="K: negatives per anchor, from other sequences")
     p.add_argument("--temperature", type=float, default=0.07, help="tau of the InfoNCE softmax")
-    p.add_argument("--mlm_probability", type=float, default=0.15, help="fraction of tokens masked")
+    p.add_argument("--mlm_probability", type=float, default=None,
+                   help="fraction of tokens masked (default 0.15; 0.3 for retromae, whole words)")
     p.add_argument("--predict_all", action="store_true", help="MLM loss on every position (the MLM+TP ablation)")
     p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
                    "Hugging Face directory (weights only: new optimizer and schedule; the model size is the init's)")
+    # RetroMAE (--objective retromae)
+    p.add_argument("--decoder_mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=0.5,
+                   help="retromae: fraction of tokens (whole words) each decoder row cannot see")
+    p.add_argument("--decoder_pool", type=int_range(1, 512), default=256,
+                   help="retromae: whole-word masks drawn per sequence; each decoder row picks one")
+    p.add_argument("--decoder_weight", type=float_range(0), default=1.0, help="retromae: loss = L_enc + w * L_dec")
     p.add_argument("--freeze_embeddings", action="store_true",
                    help="keep the whole embedding layer (word, position, type, LayerNorm) at its init: "
                    "random, or with --init trained (the paper's Fig. 4)")
@@ -266,6 +303,8 @@ def get_args(argv=None):
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
     args = p.parse_args(argv)
     recipe = RECIPES[args.size]
+    if args.mlm_probability is None:  # RetroMAE's encoder masks 30% (its arguments.py), whole words
+        args.mlm_probability = 0.3 if args.objective == "retromae" else 0.15
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
     for k, v in recipe.items():
@@ -296,6 +335,8 @@ def check_args(args, world_size):
         raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
     if not 0 < args.mlm_probability < 1:
         raise UsageError("--mlm_probability must be in (0, 1)")
+    if args.objective == "retromae" and args.predict_all:
+        raise UsageError("--predict_all is an MLM/TACO ablation; retromae's decoder already predicts every token")
     if args.batch_size % world_size:
         raise UsageError(f"--batch_size {args.batch_size} is not divisible by the {world_size} processes")
     per_rank = args.batch_size // world_size
@@ -515,7 +556,12 @@ def prepare_out(args, resuming, overwrite):
 
 
 def masked_batch(ids, tok, args, generator):
-    """Dynamic masking of one micro-batch -> (inputs, labels, tc anchor positions or None)."""
+    """Dynamic masking of one micro-batch -> (inputs, labels, tc anchor positions or None);
+    for retromae the third item is the decoder's batch (DecoderInputs)."""
+    if args.objective == "retromae":
+        inputs, labels, visible, dec_labels = retromae_batch(ids, tok, args.mlm_probability, args.decoder_mlm_probability,
+                                                             generator, args.decoder_pool)
+        return inputs, labels, DecoderInputs(ids.long(), visible, dec_labels)
     inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
     masked = labels != -100
     if args.predict_all:  # MLM+TP: predict every non-special token, masked or not
@@ -526,7 +572,10 @@ def masked_batch(ids, tok, args, generator):
 
 
 def compute_loss(model, inputs, labels, anchors, args, generator):
-    """loss = MLM + lambda * TC (the paper's Eq. 5), with its two parts for logging."""
+    """loss = MLM + lambda * TC (the paper's Eq. 5), with its two parts for logging
+    (retromae: L_enc + L_dec, `anchors` being its DecoderInputs)."""
+    if args.objective == "retromae":
+        return retromae_loss(model, inputs, labels, anchors, args.decoder_weight)
     logits, h, e = model(inputs, labels=labels)  # logits only at predicted rows
     mlm = F.cross_entropy(logits.float(), labels[labels != -100])
     if args.objective == "mlm":
@@ -599,11 +648,15 @@ def train(args):
     autocast = (contextlib.nullcontext() if dtype == "fp32" else
                 torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16))
     torch.manual_seed(args.seed)  # the same init on every rank
-    raw = BertForPreTraining(cfg).to(device)
+    raw = (RetroMAEForPreTraining if args.objective == "retromae" else BertForPreTraining)(cfg).to(device)
     if args.init and not resuming:
         if cfg.tie_word_embeddings:  # one shared matrix: the input embeddings (an untied init's decoder is dropped)
             init_state = {**init_state, "mlm.decoder.weight": init_state["bert.embeddings.word.weight"]}
-        raw.load_state_dict(init_state)
+        # RetroMAE's decoder continues if the init has one and is fresh (seeded) if not; dropped for other objectives
+        missing, unexpected = raw.load_state_dict(init_state, strict=False)
+        stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
+        if stray:
+            raise UsageError(f"--init {args.init} does not fit the model: {', '.join(stray[:4])}")
     if args.freeze_embeddings:
         # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
         # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
