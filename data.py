@@ -404,6 +404,59 @@ def toy_corpus(cache_dir=None, seed=0):
     return final
 
 
+def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
+    """Sentence-embedding test sets from the toy grammar (RetroMAE's probes), BEIR and STS layout."""
+    grammar, topics = _ToyGrammar(rng), list(TOPICS)
+    # Retrieval: short documents of one topic; a query is one sentence of a document (kept in it:
+    # toy documents share nothing else, so a removed sentence would leave no trace of its source).
+    # Relevance 2 = the source document, 1 = another document of the same topic.
+    (out / "retrieval" / "qrels").mkdir(parents=True)
+    docs = []
+    for _ in range(n_docs):
+        topic, past = rng.choice(topics), rng.random() < 0.3
+        docs.append((topic, [grammar.sentence(topic, past) for _ in range(rng.randint(2, 4))]))
+    corpus = [json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(sents)}) for i, (_, sents) in enumerate(docs)]
+    queries, qrels = [], ["query-id\tcorpus-id\tscore"]
+    for q in range(n_queries):
+        source = rng.randrange(n_docs)
+        topic, sents = docs[source]
+        queries.append(json.dumps({"_id": f"q{q}", "text": rng.choice(sents)}))
+        qrels += [f"q{q}\td{i}\t{2 if i == source else 1}" for i, (t, _) in enumerate(docs) if t == topic]
+    for name, lines in (("corpus.jsonl", corpus), ("queries.jsonl", queries), ("qrels/test.tsv", qrels)):
+        (out / "retrieval" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # Similarity (STS layout): two-sentence texts; the score counts the second text's sentences
+    # that are about the first text's topic (0, 1 or 2).
+    rows = ["sentence1\tsentence2\tscore"]
+    for _ in range(n_sts):
+        t1, score = rng.choice(topics), rng.randint(0, 2)
+        others = [t for t in topics if t != t1]
+        s1 = " ".join(grammar.sentence(t1, rng.random() < 0.3) for _ in range(2))
+        s2 = " ".join(grammar.sentence(t1 if j < score else rng.choice(others), rng.random() < 0.3) for j in range(2))
+        rows.append(f"{s1}\t{s2}\t{score}")
+    (out / "sts.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def toy_sentence_eval(cache_dir=None, seed=0):
+    """Directory with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and
+    sts.tsv (sentence1, sentence2, score), generated from the toy grammar with a random stream of
+    its own (the toy corpus and its numbers are untouched), published atomically."""
+    root = Path(cache_dir or default_cache_dir())
+    final = root / f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}"
+    if final.is_dir():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".toy-eval-", dir=root))
+    try:
+        _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}"))
+        os.rename(tmp, final)
+    except OSError:
+        if not final.is_dir():  # a concurrent process that won the race is fine
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 # ----------------------------------------------------------------------------- corpora
 
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")

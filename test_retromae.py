@@ -318,3 +318,60 @@ def test_init_across_objectives(tmp_path, capsys, tok):
     assert run(FAST + ["--decoder_mlm_probability", "1.5", "--out", str(tmp_path / "y")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--predict_all" in err
+
+
+# ----------------------------------------------------------------------------- sentence-embedding probes
+
+def test_retrieval_metrics_by_hand():
+    import analyze
+    scores = torch.tensor([[0.9, 0.1, 0.5, 0.3],   # ranks d0 d2 d3 d1
+                           [0.2, 0.8, 0.4, 0.6]])  # ranks d1 d3 d2 d0
+    relevance = [{2: 2, 1: 1}, {0: 1}]
+    # q0 grades by rank: 0 2 0 1 -> DCG = 2/log2(3) + 1/log2(5), ideal 2/log2(2) + 1/log2(3)
+    ndcg0 = (2 / math.log2(3) + 1 / math.log2(5)) / (2 + 1 / math.log2(3))
+    ndcg1 = (1 / math.log2(5)) / 1  # q1: its one relevant document at rank 4
+    got = analyze.retrieval_metrics(scores, relevance, k_recall=2)
+    assert got["ndcg@10"] == pytest.approx((ndcg0 + ndcg1) / 2)
+    assert got["mrr@10"] == pytest.approx((1 / 2 + 1 / 4) / 2)
+    assert got["recall@2"] == pytest.approx((1 / 2 + 0) / 2)
+    assert analyze.retrieval_metrics(scores, relevance, k_mrr=3)["mrr@3"] == pytest.approx(1 / 4)
+    tied = analyze.retrieval_metrics(torch.zeros(1, 3), [{1: 1}], k_ndcg=1, k_mrr=1, k_recall=1)
+    assert tied["mrr@1"] == 0 and tied["ndcg@1"] == 0  # ties: the earlier document (d0) first
+
+
+def test_embed_ignores_padding_and_reads_beir(tmp_path, tok):
+    import analyze
+    model = tiny_retromae(tok.vocab_size)
+    texts = ["the dog chased a cow .", "a ship sails", "the comet orbits one distant planet near the moon ."]
+    got = analyze.embed(model.bert, tok, texts, batch_size=2)
+    for i, t in enumerate(texts):  # alone, unpadded
+        ids = torch.tensor([[tok.cls_id] + tok.encode(t) + [tok.sep_id]])
+        assert torch.allclose(got[i], model.bert(ids)[0][0, 0], atol=1e-5)
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text("\n".join(json.dumps({"_id": f"d{i}", "title": "", "text": t})
+                                                 for i, t in enumerate(texts)) + "\n")
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": texts[2]}) + "\n"
+                                        + json.dumps({"_id": "unjudged", "text": "x"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td2\t1\n")
+    r = analyze.cls_retrieval(model.bert, tok, str(beir), similarity="cos")
+    assert r["queries"] == 1 and r["documents"] == 3
+    assert r["mrr@10"] == 1.0 and r["ndcg@10"] == pytest.approx(1.0)  # cosine: the document itself is first
+    with pytest.raises(taco.UsageError, match="integer score"):
+        (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td2\n")
+        analyze.read_beir(str(beir))
+
+
+def test_toy_sentence_eval_sets(tok):
+    import analyze
+    folder = data.toy_sentence_eval()
+    before = sorted(os.listdir(data.toy_corpus()))
+    corpus, queries, qrels = analyze.read_beir(os.path.join(folder, "retrieval"))
+    docs = dict(corpus)
+    for qid, text in queries[:50]:
+        source = [d for d, g in qrels[qid].items() if g == 2]
+        assert len(source) == 1 and text in docs[source[0]]  # the query is a sentence of its source
+        assert set(qrels[qid].values()) == {1, 2}
+    pairs = analyze.read_sts(os.path.join(folder, "sts.tsv"))
+    assert len(pairs) == 1000 and {p[2] for p in pairs} == {0.0, 1.0, 2.0}
+    assert sorted(os.listdir(data.toy_corpus())) == before  # the toy corpus is untouched
