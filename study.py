@@ -10,6 +10,11 @@ finetune.py's own loop. Output: OUT/study.json, OUT/table.md, the printed table 
     python study.py --variants mlm,taco,taco_masked,mlm_tp,mlm_frozen,taco_frozen --out runs/ablations
     python study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
         --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
+    python study.py --retromae --out runs/retromae_study     # MLM vs TACO vs RetroMAE from one MLM init
+
+The --retromae mode (docs/retromae.md) pre-trains MLM for --steps, continues mlm, taco and
+retromae from it for --continue_steps each, and measures the [CLS] vector as a sentence
+embedding (toy retrieval and similarity) next to the contextual score and fine-tuning.
 """
 import argparse
 import contextlib
@@ -27,7 +32,7 @@ import torch
 import analyze
 import finetune
 import taco
-from data import DataError, load_tokenizer, toy_corpus
+from data import DataError, load_tokenizer, toy_corpus, toy_sentence_eval
 from model import BertConfig, BertForPreTraining
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,6 +45,7 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
     "taco_frozen": ["--objective", "taco", "--freeze_embeddings"],
     "mlm_untied": ["--objective", "mlm", "--untie_embeddings"],  # Appendix B
     "taco_untied": ["--objective", "taco", "--untie_embeddings"],
+    "retromae": ["--objective", "retromae"],  # whole-word MLM at 30% + RetroMAE's decoder loss
 }
 
 
@@ -181,6 +187,71 @@ def plot(rows, path):
     print(f"plot: {path}")
 
 
+def toy_task(args, tok):
+    """The toy pair task for finetune_scores, tokenised once: {"args", "data"}."""
+    fargs = finetune.get_args(["--max_len", str(args.ft_max_len)])
+    fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
+    fargs.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    bf16 = fargs.device.type == "cuda" and torch.cuda.is_bf16_supported()
+    fargs.dtype = "bf16" if bf16 else "fp32"
+    fargs.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
+    data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
+    if args.ft_train:
+        data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
+    return {"args": fargs, "data": data}
+
+
+# ----------------------------------------------------------------------------- the RetroMAE miniature
+
+RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
+
+
+def retromae_study(args, pairs):
+    """Stage 0: MLM for --steps. Then mlm, taco and retromae continue from its final weights for
+    --continue_steps each (new optimizer and schedule, as RetroMAE continues bert-base); the init
+    and every final encoder are measured alike -> rows."""
+    os.makedirs(os.path.join(args.out, "stage0"), exist_ok=True)
+    stage0 = pretrain("mlm", argparse.Namespace(**{**vars(args), "out": os.path.join(args.out, "stage0")}))
+    cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps,
+                                 "taco_args": f"{args.taco_args} --init {shlex.quote(stage0)}"})
+    runs = {name: pretrain(name, cont) for name in RETROMAE_VARIANTS}
+    tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
+    evalset = toy_sentence_eval(args.cache_dir)
+    sts = analyze.read_sts(os.path.join(evalset, "sts.tsv"))
+    with open(os.path.join(stage0, "config.json")) as f:
+        cfg = json.load(f)["args"]
+    batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
+    ft = toy_task(args, tok) if args.ft_seeds else {}
+    rows = []
+    for name, run in [("init (MLM stage 0)", stage0)] + list(runs.items()):
+        encoder, _, _, _ = analyze.load_encoder(taco.latest_checkpoint(run))
+        steps = args.steps + (0 if run == stage0 else args.continue_steps)
+        ret = analyze.cls_retrieval(encoder, tok, os.path.join(evalset, "retrieval"), "dot")
+        res = analyze.analyze(encoder, tok, batches, pairs)
+        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
+        scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []
+        rows.append({"variant": name, "step": steps, **{k: ret[k] for k in ("ndcg@10", "mrr@10", "recall@100")},
+                     "sts_spearman": analyze.sentence_similarity(encoder, tok, sts)["spearman"],
+                     "ctx_score": res["context"]["cosine"]["score"], "wordsim_spearman": res["wordsim"]["spearman"],
+                     "ft_scores": scores, "ft_mean": float(np.mean(scores)) if scores else None,
+                     "ft_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0})
+        r = rows[-1]
+        print(f"  {name}: nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}, ctx {r['ctx_score']:.3f}"
+              + (f", fine-tuned {100 * r['ft_mean']:.1f}" if scores else ""), flush=True)
+    return rows
+
+
+def format_retromae_table(rows):
+    lines = ["| objective | steps | retrieval nDCG@10 | MRR@10 | Recall@100 | STS ρ | ctx score | wordsim ρ "
+             "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 9]
+    for r in rows:
+        ft = "–" if r["ft_mean"] is None else f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}"
+        lines.append(f"| {r['variant']} | {r['step']} | {r['ndcg@10']:.3f} | {r['mrr@10']:.3f} | {r['recall@100']:.3f} | "
+                     f"{r['sts_spearman']:.3f} | {r['ctx_score']:.3f} | {r['wordsim_spearman']:.3f} | {ft} |")
+    return "\n".join(lines)
+
+
 def ints(s):
     return [int(v) for v in s.split(",") if v.strip()]
 
@@ -190,6 +261,9 @@ def main(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/study", help="one run directory per objective, plus study.json / table.md")
     p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
+    p.add_argument("--retromae", action="store_true", help="RetroMAE's miniature instead: MLM for --steps, then "
+                   "mlm, taco and retromae continued from it for --continue_steps (--variants ignored)")
+    p.add_argument("--continue_steps", type=int, default=600, help="--retromae: steps of each continuation")
     # pre-training: None = taco.py's default for --size
     p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
     p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
@@ -232,22 +306,14 @@ def main(argv=None):
         pairs = analyze.read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
                                    if args.pairs == "toy" else args.pairs)  # a bad file fails before training
         os.makedirs(args.out, exist_ok=True)
+        if args.retromae:
+            if args.continue_steps < 1:
+                raise taco.UsageError("--continue_steps must be >= 1")
+            return finish_retromae(args, retromae_study(args, pairs), t0)
         runs = {name: pretrain(name, args) for name in names}
         t_train = time.time() - t0
-        ft = {}
-        if args.ft_seeds:  # the toy task, tokenised once; the run's vocab (all runs share it)
-            tok = load_tokenizer(os.path.join(runs[names[0]], "vocab.txt"))
-            fargs = finetune.get_args(["--max_len", str(args.ft_max_len)])
-            fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
-            fargs.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-            bf16 = fargs.device.type == "cuda" and torch.cuda.is_bf16_supported()
-            fargs.dtype = "bf16" if bf16 else "fp32"
-            fargs.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-            task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
-            data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
-            if args.ft_train:
-                data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
-            ft = {"args": fargs, "data": data}
+        # the toy task, tokenised once; the run's vocab (all runs share it)
+        ft = toy_task(args, load_tokenizer(os.path.join(runs[names[0]], "vocab.txt"))) if args.ft_seeds else {}
         init_rows = {}
         rows = [row for name in names for row in measure(name, runs[name], args, ft, pairs, init_rows)]
     except (taco.UsageError, finetune.FinetuneError, DataError) as err:
@@ -262,6 +328,19 @@ def main(argv=None):
     print(table)
     plot(rows, args.plot or os.path.join(args.out, "study.png"))
     print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
+    return rows
+
+
+def finish_retromae(args, rows, t0):
+    """study.json, table.md and the printed table of the --retromae mode."""
+    table = format_retromae_table(rows)
+    wall = {"total_s": round(time.time() - t0)}
+    with open(os.path.join(args.out, "study.json"), "w") as f:
+        json.dump({"settings": vars(args), "wall": wall, "rows": rows}, f, indent=2)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    print(f"wall time: {wall['total_s']} s")
     return rows
 
 
