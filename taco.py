@@ -335,8 +335,9 @@ def check_args(args, world_size):
         raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
     if not 0 < args.mlm_probability < 1:
         raise UsageError("--mlm_probability must be in (0, 1)")
-    if args.objective == "retromae" and args.predict_all:
-        raise UsageError("--predict_all is an MLM/TACO ablation; retromae's decoder already predicts every token")
+    if args.objective == "retromae" and (args.predict_all or args.tc_positions != "all"):
+        raise UsageError("--predict_all and --tc_positions are MLM/TACO ablations; retromae's decoder "
+                         "already predicts every token and it has no TC loss")
     if args.batch_size % world_size:
         raise UsageError(f"--batch_size {args.batch_size} is not divisible by the {world_size} processes")
     per_rank = args.batch_size // world_size
