@@ -84,11 +84,10 @@ def context_scores(encoder, batches, metrics=("cosine",)):
 def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None):
     """The last `eval_blocks` blocks of the corpus (at most a tenth), as taco.py's evaluate
     holds them out, in batches of int64 ids."""
-    tokens, body = tokenize_corpus(data, tok, cache_dir), max_len - 2
-    n = len(tokens) // body  # blocks in the corpus; only the held-out tail is cut (Wikipedia: GBs)
-    n_eval = min(eval_blocks, n // 10) or min(eval_blocks, n)
-    held = make_blocks(tokens[(n - n_eval) * body:n * body], max_len, tok.cls_id, tok.sep_id).astype(np.int64)
-    return [torch.from_numpy(held[i:i + batch_size]) for i in range(0, n_eval, batch_size)]
+    blocks = make_blocks(tokenize_corpus(data, tok, cache_dir), max_len, tok.cls_id, tok.sep_id)
+    n_eval = min(eval_blocks, len(blocks) // 10) or min(eval_blocks, len(blocks))
+    _, held = blocks.split(len(blocks) - n_eval)
+    return [torch.from_numpy(held[i:i + batch_size].astype(np.int64)) for i in range(0, n_eval, batch_size)]
 
 
 # ----------------------------------------------------------------------------- word similarity

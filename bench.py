@@ -12,7 +12,8 @@ tokens masked by data.mask_tokens.
     taco-mlm  taco's BertForPreTraining: MLM logits only at the masked rows
     taco-tc   the same + taco's TC loss (window 5, K 50, tau 0.07): TACO
     hf-mlm    transformers.BertForMaskedLM (sdpa): logits over the vocabulary at every token
-    hf-tc     the same + the TC loss in the plain form users bolt on: gather (N, K, H)
+    hf-tc     the same + the TC loss in its plain form, as users bolt it on: taco.tc_loss(fast=False),
+              which gathers an (N, 1+K, H) copy of the keys
     taco-retromae  (on request) RetroMAE: whole-word MLM at 30% + the one-layer decoder rebuilding
               every token (taco.retromae_loss); its batch (masks, decoder visibility) is built
               once, outside the timed step, and its own cost is printed apart
@@ -36,11 +37,10 @@ import time
 from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
 from data import mask_tokens, retromae_batch
 from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
-from taco import DecoderInputs, compute_loss, configure_optimizer, retromae_loss, sample_negatives, sample_positives
+from taco import DecoderInputs, compute_loss, configure_optimizer, retromae_loss, similarity_route, tc_loss
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
 ON_REQUEST = ["taco-retromae"]
@@ -77,24 +77,6 @@ def get_args(argv=None):
     if unknown := set(args.variants) - set(VARIANTS + ON_REQUEST):
         p.error(f"unknown variants {sorted(unknown)}")
     return args
-
-
-def plain_tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
-                  generator=None, positions=None):
-    """taco.tc_loss in the compact form of the official code, as users bolt it onto another
-    model: normalise, gather the positives (N, H) and negatives (N, K, H), two einsums, CE.
-    The same samplers, so the same value; test_speed.py's reference for the fast form."""
-    B, T, H = h.shape
-    real = torch.ones(B, T, dtype=torch.bool, device=h.device) if attention_mask is None else attention_mask.bool()
-    pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)
-    anchors = real & (real.sum(1, keepdim=True) >= 2)
-    if positions is not None:
-        anchors &= positions.bool()
-    with torch.autocast(h.device.type, enabled=False):
-        z = F.normalize(h.float() - e.float(), dim=-1).reshape(B * T, H)
-        a, p, n = z[anchors.reshape(-1)], z.detach()[pos[anchors]], z.detach()[neg[anchors]]  # (N, [K,] H)
-        logits = torch.cat([torch.einsum("nh,nh->n", a, p)[:, None], torch.einsum("nh,nkh->nk", a, n)], 1)
-        return F.cross_entropy(logits / temperature, torch.zeros(len(a), dtype=torch.long, device=h.device))
 
 
 def make_batch(args):
@@ -137,8 +119,8 @@ def make_step(name, args, cfg, inputs, labels):
                                          "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")})
         model = transformers.BertForMaskedLM(hf_cfg)
     model = model.to(args.device).train()
-    loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm",
-                                tc_weight=1.0, window=5, negatives=50, temperature=0.07)
+    loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm", tc_weight=1.0, window=5,
+                                negatives=50, temperature=0.07, negatives_from="device", plain_tc=False)
     optimizer = configure_optimizer(model, lr=1e-4, weight_decay=0.01)
     scaler = torch.amp.GradScaler(args.device.type, enabled=args.dtype == "fp16")
     run = torch.compile(model) if args.compile else model
@@ -154,8 +136,8 @@ def make_step(name, args, cfg, inputs, labels):
                 loss = compute_loss(run, inputs, labels, None, loss_args, gen)[0]
             else:
                 out = run(input_ids=inputs, labels=labels, output_hidden_states=name == "hf-tc")
-                loss = out.loss if name == "hf-mlm" else out.loss + plain_tc_loss(
-                    out.hidden_states[-1], out.hidden_states[0], generator=gen)
+                loss = out.loss if name == "hf-mlm" else out.loss + tc_loss(
+                    out.hidden_states[-1], out.hidden_states[0], generator=gen, fast=False)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -304,6 +286,11 @@ def main(argv=None):
         return med[a] / med[b] if a in med and b in med else float("nan")
     print(f"\nTC step / MLM step: taco {ratio('taco-tc', 'taco-mlm'):.3f}, Hugging Face + plain TC "
           f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
+    n = args.batch_size * args.max_len  # anchors = keys: every token of the micro-batch
+    route, madds = similarity_route(n, n, 1 + 50, cfg.hidden_size)
+    print(f"TC similarities per step (forward + backward): taco {2 * madds / 1e9:.2f} GFLOP by the {route} route; "
+          f"the plain einsum {4 * n * 51 * cfg.hidden_size / 1e9:.2f} GFLOP; an N x N product "
+          f"{2 * (n * n + n * 51) * cfg.hidden_size / 1e9:.2f} GFLOP")
     print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
     print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
     if "taco-retromae" in med:

@@ -210,8 +210,9 @@ def load_tokenizer(spec, cache_dir=None):
         from huggingface_hub import hf_hub_download
         path = hf_hub_download(spec, "vocab.txt")
     except Exception as e:  # offline, unknown repo, no vocab.txt in it, ...
-        raise DataError(f"could not fetch vocab.txt of {spec!r} from the Hugging Face hub "
-                        f"({type(e).__name__}): pass a local vocab.txt path instead") from None
+        raise DataError(f"could not fetch vocab.txt of {spec!r} from the Hugging Face hub ({type(e).__name__}): "
+                        f"pass a local vocab.txt (or a folder holding one) as --vocab, or --data toy "
+                        f"for the offline toy corpus") from None
     lower = not ("cased" in spec.lower() and "uncased" not in spec.lower())
     return WordPieceTokenizer(path, do_lower_case=lower)
 
@@ -514,7 +515,13 @@ def load_documents(data_spec, cache_dir=None):
             sets.append(datasets.Dataset.from_dict({"text": _read_documents(what)}))
             continue
         repo, config, split, column, rows_per_doc = SOURCES[what]
-        ds = datasets.load_dataset(repo, config, split=split).select_columns([column])
+        try:
+            ds = datasets.load_dataset(repo, config, split=split).select_columns([column])
+        except Exception as e:  # offline, hub unreachable, dataset moved, ...
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise DataError(f"could not load {what} ({repo}) from the Hugging Face hub: {reason}; pass "
+                            f"local text files or folders of them as --data, or --data toy for the "
+                            f"offline toy corpus") from None
         if column != "text":
             ds = ds.rename_column(column, "text")
         if rows_per_doc > 1:
@@ -524,10 +531,9 @@ def load_documents(data_spec, cache_dir=None):
     return sets[0] if len(sets) == 1 else datasets.concatenate_datasets(sets)
 
 
-def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
-    """Tokenise every document once into one flat array, documents separated (and ended)
-    by [SEP]; cached as .npy under a key of what made it, returned as a read-only memmap.
-    Under DDP call it on rank 0 first, then on the other ranks after a barrier."""
+def token_cache_path(data_spec, tokenizer, cache_dir=None):
+    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
+    file by path, size and mtime), the vocabulary and the array format."""
     cache_dir = Path(cache_dir or default_cache_dir())
     sources = []
     for kind, what in _resolve(data_spec, cache_dir):
@@ -539,7 +545,16 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
     vocab = hashlib.sha256(Path(tokenizer.vocab_file).read_bytes()).hexdigest()
     recipe = {"format": TOKENS_FORMAT, "sources": sources, "vocab": vocab, "lower": tokenizer.do_lower_case}
     key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()
-    path = cache_dir / "tokens" / f"{key[:20]}.npy"
+    return cache_dir / "tokens" / f"{key[:20]}.npy"
+
+
+def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
+    """Tokenise every document once into one flat array, documents separated (and ended)
+    by [SEP]; cached as .npy under a key of what made it, returned as a read-only memmap.
+    Under DDP call it on rank 0 first, then on the other ranks after a barrier."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    path = token_cache_path(data_spec, tokenizer, cache_dir)
+    key = path.stem
     if not path.exists():
         import datasets
         dtype = np.uint16 if tokenizer.vocab_size <= 65535 else np.int32
@@ -554,10 +569,15 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
             return {"ids": [x + [sep] if x else x for x in ids], "n": [len(x) + bool(x) for x in ids]}
 
         docs = load_documents(data_spec, cache_dir)
+        mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
+        if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
+            num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
         features = datasets.Features({"n": datasets.Value("int64"),  # small ids: 4x less disk
                                       "ids": datasets.Sequence(datasets.Value(np.dtype(dtype).name))})
+        t0 = time.perf_counter()
         ds = docs.map(encode, batched=True, remove_columns=docs.column_names, num_proc=num_proc,
-                      features=features, new_fingerprint=key[:40], desc="tokenizing")
+                      features=features, new_fingerprint=key, desc="tokenizing")
+        secs = time.perf_counter() - t0
         total = int(np.sum(ds.with_format("numpy")["n"]))
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.stem}-{os.getpid()}.npy")
@@ -569,24 +589,57 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
         out.flush()
         del out
         os.replace(tmp, path)
-        print(f"tokenized {len(ds):,} documents into {total:,} tokens: {path}", file=sys.stderr)
+        print(f"tokenized {len(ds):,} documents, {mb:,.1f} MB of text, into {total:,} tokens in {secs:,.1f} s: "
+              f"{mb / secs:.2f} MB/s with {num_proc} process{'es' if num_proc > 1 else ''} "
+              f"({mb / secs / num_proc:.2f} MB/s each); cached in {path}", file=sys.stderr)
     return np.load(path, mmap_mode="r")
 
 
+class Blocks:
+    """Fixed-length blocks [CLS] + the next max_len-2 tokens + [SEP] of a flat token array,
+    cut on demand: blocks[index_array] (or a slice) -> (k, max_len) array of just those
+    blocks, the same dtype as the tokens. Block i is tokens[i*body:(i+1)*body] with body =
+    max_len-2; no padding, no [CLS] mid-block, the final partial chunk is dropped. Nothing is
+    copied up front, so on a memory-mapped token cache memory does not grow with the corpus."""
+
+    def __init__(self, tokens, max_len, cls_id, sep_id, first=0, count=None):
+        self.tokens, self.max_len, self.cls_id, self.sep_id = tokens, max_len, cls_id, sep_id
+        self.body = max_len - 2
+        self.first = first  # index of our block 0 among all blocks of `tokens`
+        self.count = len(tokens) // self.body - first if count is None else count
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        """index: a slice or an array of block numbers in [0, len)."""
+        if isinstance(index, slice):
+            rows = np.arange(*index.indices(self.count))
+        else:
+            rows = np.asarray(index, dtype=np.int64).reshape(-1)
+            if len(rows) and not (0 <= rows.min() and rows.max() < self.count):
+                raise IndexError(f"block numbers must lie in [0, {self.count})")
+        rows = rows + self.first  # (k,) among all blocks of the tokens
+        body = self.tokens[rows[:, None] * self.body + np.arange(self.body)]  # (k, body) gather
+        out = np.empty((len(rows), self.max_len), dtype=self.tokens.dtype)
+        out[:, 0], out[:, 1:-1], out[:, -1] = self.cls_id, body, self.sep_id
+        return out
+
+    def split(self, at):
+        """(blocks[:at], blocks[at:]) as Blocks over the same tokens (the held-out tail)."""
+        head = Blocks(self.tokens, self.max_len, self.cls_id, self.sep_id, self.first, at)
+        return head, Blocks(self.tokens, self.max_len, self.cls_id, self.sep_id, self.first + at, self.count - at)
+
+
 def make_blocks(tokens, max_len, cls_id, sep_id):
-    """(n_blocks, max_len) array of [CLS] + the next max_len-2 tokens + [SEP], same dtype as
-    tokens. No padding and no [CLS] mid-block; the final partial chunk is dropped."""
+    """Blocks of max_len over tokens (see Blocks), after checking that max_len fits BERT and
+    that the corpus holds at least one block."""
     if not 8 <= max_len <= 512:
         raise DataError(f"max_len {max_len} is outside [8, 512]: pass a --max_len in that range")
-    body = max_len - 2
-    n = len(tokens) // body
-    if n == 0:
+    if len(tokens) < max_len - 2:
         raise DataError(f"the corpus has {len(tokens)} tokens, fewer than one block of {max_len}: "
                         "use more text or a smaller --max_len")
-    blocks = np.empty((n, max_len), dtype=tokens.dtype)
-    blocks[:, 0], blocks[:, -1] = cls_id, sep_id
-    blocks[:, 1:-1] = np.asarray(tokens[:n * body]).reshape(n, body)
-    return blocks
+    return Blocks(tokens, max_len, cls_id, sep_id)
 
 
 # ----------------------------------------------------------------------------- masking
@@ -761,7 +814,7 @@ def main():
     p.add_argument("--vocab", default="bert-base-uncased",
                    help="toy, a vocab.txt, a folder with one, or a hub model id")
     p.add_argument("--max_len", type=int, default=128, help="block length to report for --data")
-    p.add_argument("--num_proc", type=int, default=None, help="worker processes for tokenizing")
+    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--bench", metavar="FILE", help="time tokenizers on this text file instead")
     p.add_argument("--cache_dir", default=None, help="default: $TACO_CACHE or ~/.cache/taco")
     args = p.parse_args()

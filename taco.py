@@ -10,7 +10,8 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
     python taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --standalone --nproc_per_node=8 taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_backend=c10d \
-        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base
+        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base \
+        --device_batch_size 40   # 1,280 / 16 processes = 80 = 2 micro-steps of 40
     # (the same on the second node with --node_rank=1)
 
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
@@ -44,7 +45,85 @@ class UsageError(ValueError):
     """A user mistake: reported as one line, exit code 2."""
 
 
-# ----------------------------------------------------------------------------- the TC loss
+# ----------------------------------------------------------------------------- the TC loss (the paper's Sec. 3)
+
+def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
+            generator=None, positions=None, fast=True, group=None):
+    """TACO's token-alignment contrastive loss: the paper's Eq. 4, averaged over anchors.
+
+    h: last-layer hidden states (B, T, H); e: embedding-layer output (B, T, H);
+    attention_mask: (B, T), 1 = real token (None: all real, as in packed pre-training blocks);
+    positions: optional (B, T) bool restricting the anchors (e.g. masked tokens only);
+    fast: the cosines by `SampledCosines` (below) instead of the einsum; the same numbers;
+    group: a torch.distributed group whose ranks pool their micro-batches for negatives (every
+    rank must pass a generator in the same state); None: negatives from this micro-batch.
+    """
+    B, T, H = h.shape
+    real = torch.ones(B, T, dtype=torch.bool, device=h.device) if attention_mask is None else attention_mask.bool()
+    anchors = real & (real.sum(1, keepdim=True) >= 2)  # a lone token has no positive
+    if positions is not None:
+        anchors &= positions.bool()
+    with torch.autocast(h.device.type, enabled=False):  # cosines and InfoNCE in fp32
+        g = h.float() - e.float()  # Eq. 3: the global part of each token (out of place: h feeds the MLM head too)
+        z = F.normalize(g, dim=-1).reshape(B * T, H)  # unit vectors: cos(g_i, g_j) = z_i . z_j
+        # Positives and negatives are detached, as in the official code: targets the anchor
+        # moves towards / away from, not representations to be moved themselves.
+        keys, pool, mine = z.detach(), real, slice(0, B)  # (M, H), (B', T): what negatives come from
+        if group is not None:  # --negatives_from global: every rank's micro-batch
+            keys, pool, mine = gather_pool(keys, real, group)
+        if pool.shape[0] < 2:
+            raise UsageError("the TC loss needs >= 2 sequences per device batch for negatives; "
+                             "raise --device_batch_size")
+        pos = sample_positives(pool, window, generator)[mine]  # (B, T): j, near i in its sequence
+        neg = sample_negatives(pool, num_negatives, generator)[mine]  # (B, T, K): k, in other sequences
+        cols = torch.cat([pos[..., None], neg], -1).reshape(B * T, -1)  # (N, 1+K), the positive first
+        cos = SampledCosines.apply(z, keys, cols) if fast else torch.einsum("nh,njh->nj", z, keys[cols])
+        target = torch.zeros(B * T, dtype=torch.long, device=h.device)  # the positive is class 0
+        loss = F.cross_entropy(cos / temperature, target, reduction="none")  # Eq. 4: InfoNCE, (N,)
+        weight = anchors.reshape(-1).float()  # the mean over anchors, by weights: no host sync on GPU
+        return (loss * weight).sum() / weight.sum()
+
+
+def sample_positives(real, window, generator=None):
+    """For each token, the flat index (into B*T) of its positive: the token at an offset drawn
+    uniformly from -(W//2)..-1, 1..W//2 (W = 5: -2, -1, 1, 2). A window centred on its anchor
+    has odd width, so an even W counts as W + 1 (W = 10: up to 5 either side). Where the offset
+    leaves the sequence (or lands on padding): a random other token of the sequence, as in the
+    official sampler. real: (B, T) bool. Returns (B, T) long.
+    """
+    B, T = real.shape
+    w = window // 2
+    offsets = torch.cat([torch.arange(-w, 0), torch.arange(1, w + 1)]).to(real.device)  # (2w,)
+    pos = torch.arange(T, device=real.device) + offsets[(rand(generator, real.device, B, T) * (2 * w)).long()]
+    inside = (pos >= 0) & (pos < T) & real.gather(1, pos.clamp(0, T - 1))
+    pos = torch.where(inside, pos, other_token(real, generator))
+    return pos + T * torch.arange(B, device=real.device)[:, None]
+
+
+def sample_negatives(real, num_negatives, generator=None):
+    """For each token, K flat indices (into B*T) of tokens drawn uniformly, with replacement,
+    from the *other* sequences: never the anchor's own sequence, never padding.
+    real: (B, T) bool. Returns (B, T, K) long.
+    """
+    B, T = real.shape
+    tokens = real.reshape(-1).nonzero().squeeze(1)  # the real tokens, sequence by sequence
+    n = real.sum(1)[:, None, None]  # (B, 1, 1): tokens of each sequence
+    start = n.cumsum(0) - n  # where each sequence's tokens begin in `tokens`
+    k = (rand(generator, real.device, B, T, num_negatives) * (len(tokens) - n)).long()  # one of the others' tokens,
+    k = k + n * (k >= start).long()  # counted with our own skipped
+    return tokens[k.clamp(max=len(tokens) - 1)]
+
+
+def other_token(real, generator=None):
+    """For each token, the position of a uniformly random *other* real token of its sequence
+    (B, T) long; meaningless where the sequence has < 2 real tokens."""
+    B, T = real.shape
+    n = real.sum(1, keepdim=True)
+    k = (rand(generator, real.device, B, T) * (n - 1).clamp(min=1)).long()  # the k-th of the others,
+    k = k + (k >= real.long().cumsum(1) - 1).long()  # counted with the token itself skipped
+    real_first = torch.argsort((~real).long(), dim=1, stable=True)  # positions of real tokens, in order
+    return real_first.gather(1, k.clamp(max=T - 1))
+
 
 def rand(generator, device, *shape):
     """Uniform [0, 1) numbers drawn on the generator's device, returned on `device`."""
@@ -52,110 +131,62 @@ def rand(generator, device, *shape):
     return torch.rand(*shape, generator=generator, device=where).to(device)
 
 
-def sample_positives(real, window, generator=None):
-    """For each token, the flat index (into B*T) of one positive: another real token of the
-    same sequence at offset 1..window//2 either side, uniformly; where that offset leaves the
-    sequence (or lands on padding), a uniformly random other real token of the same sequence.
-
-    real: (B, T) bool. Returns (B, T) long; meaningless where the sequence has < 2 real tokens.
-    """
-    B, T = real.shape
-    dev, w = real.device, window // 2
-    t = torch.arange(T, device=dev)
-    # offset in {-w..-1, 1..w}: draw one of 2w slots and skip 0
-    slot = (rand(generator, dev, B, T) * (2 * w)).long()
-    pos = t + slot - w + (slot >= w).long()  # (B, T)
-    inside = (pos >= 0) & (pos < T)
-    inside &= real.gather(1, pos.clamp(0, T - 1))
-    # fall back: the k-th real token of the row, k uniform over the others (not self)
-    n_real = real.sum(1, keepdim=True)  # (B, 1)
-    rank = real.long().cumsum(1) - 1  # rank of each real token within its row
-    order = torch.argsort((~real).long(), dim=1, stable=True)  # real positions first, in order
-    k = (rand(generator, dev, B, T) * (n_real - 1).clamp(min=1)).long()
-    k = k + (k >= rank).long()
-    fallback = order.gather(1, k.clamp(max=T - 1))
-    pos = torch.where(inside, pos, fallback)
-    return pos + T * torch.arange(B, device=dev)[:, None]
+def gather_pool(keys, real, group):
+    """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T)
+    of every rank's micro-batch, in rank order, and the rows of this rank's sequences among them.
+    all_gather carries no gradient: no gradient crosses ranks."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    parts = [[torch.empty_like(t) for _ in range(world)] for t in (keys, real.to(torch.uint8))]
+    dist.all_gather(parts[0], keys.contiguous(), group=group)
+    dist.all_gather(parts[1], real.to(torch.uint8).contiguous(), group=group)
+    B = real.shape[0]
+    return torch.cat(parts[0]), torch.cat(parts[1]).bool(), slice(rank * B, (rank + 1) * B)
 
 
-def sample_negatives(real, num_negatives, generator=None):
-    """For each token, K flat indices of real tokens drawn uniformly (with replacement)
-    from the *other* sequences of the batch: never padding, never the anchor's sequence.
-
-    real: (B, T) bool. Returns (B, T, K) long.
-    """
-    B, T = real.shape
-    dev = real.device
-    flat_real = real.reshape(-1).nonzero().squeeze(1)  # real tokens, grouped by sequence
-    n_real = real.sum(1)  # (B,)
-    start = n_real.cumsum(0) - n_real  # where each sequence's tokens begin in flat_real
-    others = flat_real.numel() - n_real  # how many tokens the other sequences hold
-    r = (rand(generator, dev, B, T, num_negatives) * others[:, None, None]).long()  # uniform over the others' tokens...
-    r = r + n_real[:, None, None] * (r >= start[:, None, None]).long()  # ...skipping our own
-    return flat_real[r.clamp(max=flat_real.numel() - 1)]
-
-
-def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
-            generator=None, positions=None):
-    """The token-level contrastive loss of TACO (the paper's Eq. 3-4), averaged over anchors.
-
-    h: last-layer hidden states (B, T, H); e: embedding-layer output (B, T, H);
-    attention_mask: (B, T), 1 = real token (None: all real);
-    positions: optional (B, T) bool restricting the anchors (e.g. masked tokens only).
-    """
-    B, T, H = h.shape
-    real = (torch.ones(B, T, dtype=torch.bool, device=h.device) if attention_mask is None
-            else attention_mask.bool())
-    if B < 2:
-        raise UsageError("the TC loss needs >= 2 sequences per device batch for negatives; "
-                         "raise --device_batch_size")
-    pos = sample_positives(real, window, generator)  # (B, T)
-    neg = sample_negatives(real, num_negatives, generator)  # (B, T, K)
-    anchors = real & (real.sum(1, keepdim=True) >= 2)  # a lone token has no positive
-    if positions is not None:
-        anchors &= positions.bool()
-    with torch.autocast(h.device.type, enabled=False):  # similarities and CE in fp32
-        # The global part of each token: its contextual state minus its embedding-layer
-        # output (word + position + type, after LayerNorm: the very input the encoder saw),
-        # which removes the token's own, context-free identity. Out of place: h also feeds
-        # the MLM head.
-        g = h.float() - e.float()  # (B, T, H)
-        z = F.normalize(g, dim=-1).reshape(B * T, H)  # cosine = dot product of unit vectors
-        cols = torch.cat([pos.reshape(-1, 1), neg.reshape(B * T, -1)], dim=1)  # (B*T, 1+K), positive first
-        # Positives and negatives are detached, as in the official code: they are targets
-        # the anchor moves towards / away from, not representations to be moved themselves.
-        logits = SampledCosines.apply(z, z.detach(), cols) / temperature  # (B*T, 1+K)
-        target = torch.zeros(B * T, dtype=torch.long, device=h.device)  # positive at index 0
-        loss = F.cross_entropy(logits, target, reduction="none")  # (B*T,)
-        # The mean over anchors, by weights rather than by selecting rows: no host sync on GPU.
-        weight = anchors.reshape(-1).float()
-        return (loss * weight).sum() / weight.sum()
-
+# ----------------------------------------------------------------------------- the fast similarity (a drop-in)
 
 class SampledCosines(torch.autograd.Function):
-    """out[n, j] = a[n] . z[cols[n, j]]: each token against its positive and K negatives.
-
-    The plain form, einsum("nh,njh->nj", a, z[cols]), writes and reads back an (N, 1+K, H)
-    copy of z (210 MB for BERT-small at 16 x 128) and keeps it for the backward. Here the
-    forward multiplies the anchors with *every* token of the batch, a chunk of anchors at a
-    time, and picks the sampled entries; the backward, d/da[n] = sum_j grad[n, j] z[cols[n, j]],
-    is a weighted sum of rows of z (embedding_bag). Nothing of size N*K*H is ever built.
-    Equal to the plain form to float rounding (test_speed.py); z must be detached.
+    """out[n, j] = a[n] . keys[cols[n, j]], with a gradient to `a` only: tc_loss's
+    einsum("nh,njh->nj", a, keys[cols]) without its (N, 1+K, H) copy of keys (210 MB for
+    BERT-small at 16 x 128, 3.4 GB at 64 x 256), which the einsum writes, reads back and keeps
+    for the backward. The forward takes the cheaper of two routes (`similarity_route`), a chunk
+    of anchors at a time; the backward, d/da[n] = sum_j grad[n, j] keys[cols[n, j]], is a
+    weighted sum of rows of keys (embedding_bag). Equal to the einsum to float rounding
+    (test_speed.py); keys must be detached.
     """
 
     @staticmethod
-    def forward(ctx, a, z, cols):
+    def forward(ctx, a, keys, cols):
         if ctx.needs_input_grad[1]:
-            raise ValueError("SampledCosines gives no gradient to z: pass z.detach()")
-        ctx.save_for_backward(z, cols)
-        step = max(1, 2 ** 20 // len(z))  # anchors per chunk: <= 1M similarities (4 MB) at once
-        return torch.cat([(rows @ z.T).gather(1, idx) for rows, idx in zip(a.split(step), cols.split(step))])
+            raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
+        ctx.save_for_backward(keys, cols)
+        route, _ = similarity_route(len(a), len(keys), cols.shape[1], a.shape[1])
+        if route == "product":  # every key, then pick: <= 1M cosines (4 MB) per chunk
+            step = max(1, 2 ** 20 // len(keys))
+            return torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(a.split(step), cols.split(step))])
+        step = max(1, GATHER_CHUNK // (cols.shape[1] * a.shape[1]))  # the sampled keys of a chunk: <= 1 MB
+        return torch.cat([torch.bmm(keys[idx], rows[:, :, None])[:, :, 0]
+                          for rows, idx in zip(a.split(step), cols.split(step))])
 
     @staticmethod
     def backward(ctx, grad):
-        z, cols = ctx.saved_tensors
-        with torch.autocast(z.device.type, enabled=False):  # backward runs under the caller's autocast
-            return F.embedding_bag(cols, z, per_sample_weights=grad.to(z.dtype), mode="sum"), None, None
+        keys, cols = ctx.saved_tensors
+        with torch.autocast(keys.device.type, enabled=False):  # backward runs under the caller's autocast
+            return F.embedding_bag(cols, keys, per_sample_weights=grad.to(keys.dtype), mode="sum"), None, None
+
+
+GATHER_CHUNK = 2 ** 18  # floats of sampled keys per chunk of the gather route (1 MB: stays in cache)
+PRODUCT_SPEEDUP = 16  # a matrix product does this many times more multiply-adds per second than the gather
+
+
+def similarity_route(n, m, j, h):
+    """The forward route of SampledCosines for n anchors, m keys, j sampled keys per anchor and
+    width h, and the multiply-adds of forward + backward. "product" (n x m matrix product, then
+    pick) costs n m h but runs PRODUCT_SPEEDUP times faster per multiply-add than "gather" (n j h),
+    so it wins while m <= PRODUCT_SPEEDUP * j; the backward (embedding_bag) is n j h either way."""
+    if m <= PRODUCT_SPEEDUP * j:
+        return "product", n * m * h + n * j * h
+    return "gather", 2 * n * j * h
 
 
 # ----------------------------------------------------------------------------- RetroMAE's decoder loss
@@ -220,8 +251,17 @@ def contextual_score(model, batches, attention_masks=None):
 
 # ----------------------------------------------------------------------------- recipes and flags
 
-# --size -> training recipe. small/base are the paper's (Sec. 4.1: lr 1e-4, seq 256, batch
-# 1,280); tiny/mini are sized so the offline toy corpus trains in minutes on a laptop CPU.
+# --size -> training recipe. tiny/mini are ours, sized so the offline toy corpus trains in
+# minutes on a laptop CPU; medium/large follow small/base. Where each value of small/base (and
+# of the fixed settings) comes from; "scripts" = the authors' train_small.sh / train_base.sh
+# (github.com/FUZHIYI/TACO), "HF default" = a Trainer default those scripts do not override:
+#   steps 250k / 500k, warm-up 2,500 / 10,000    scripts (MAX_STEPS, WARMUP_STEPS)
+#   lr 1e-4, linear warm-up and decay, seq 256    scripts; the paper's Sec. 4.1
+#   batch 1,280                                   the paper's Sec. 4.1 (the scripts' defaults give
+#                                                 256 per GPU x 4 accumulation x 2 GPUs = 2,048)
+#   weight decay 0.01, masking 15%                scripts (we exempt biases and LayerNorm: HF does too)
+#   AdamW betas (0.9, 0.999), eps 1e-8, clip 1.0  HF default (configure_optimizer, --clip)
+#   K 50, W 5, tau 0.07, lambda 1                 scripts (NEG_K, POS_WINDOW_SIZE, TAU, SIM_WEIGHT)
 RECIPES = {
     "tiny": dict(steps=600, warmup=60, batch_size=32, max_len=128, lr=1e-3),
     "mini": dict(steps=3000, warmup=300, batch_size=64, max_len=128, lr=5e-4),
@@ -231,9 +271,13 @@ RECIPES = {
     "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
 }
 
+# The paper's corpora (Wikipedia + BookCorpus, bert-base-uncased vocab) for --size small and
+# up; the sizes below train on the offline toy corpus by default.
+PAPER_DATA, TOY_SIZES = "wikipedia,bookcorpus", ("tiny", "mini")
+
 # Settings that may change between a run and its --resume without making it another run.
 RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
-             "skip_nonfinite", "compile", "num_proc", "cache_dir", "device", "device_batch_size"}
+             "skip_nonfinite", "compile", "plain_tc", "num_proc", "cache_dir", "device", "device_batch_size"}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -252,12 +296,19 @@ def get_args(argv=None):
     p.add_argument("--tc_weight", type=float, default=1.0, help="lambda in loss = MLM + lambda * TC")
     p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
                    help="anchors of the TC loss: every real token, or only masked / unmasked ones")
-    p.add_argument("--window", type=int, default=5, help="W: positives lie within W//2 positions of the anchor")
+    p.add_argument("--window", type=int, default=5, help="W: positives lie within W//2 positions of the anchor "
+                   "(an even W counts as W+1)")
     p.add_argument("--negatives", type=int, default=50, help="K: negatives per anchor, from other sequences")
+    p.add_argument("--negatives_from", default="device", choices=["device", "global"],
+                   help="draw negatives from this device's micro-batch, or from every rank's (all-gathered, "
+                   "detached), as the official single-process multi-GPU runs did")
     p.add_argument("--temperature", type=float, default=0.07, help="tau of the InfoNCE softmax")
+    p.add_argument("--plain_tc", action="store_true", help="compute the TC cosines by the plain einsum "
+                   "(the same numbers, slower, more memory) instead of taco.SampledCosines")
     p.add_argument("--mlm_probability", type=float, default=None,
                    help="fraction of tokens masked (default 0.15; 0.3 for retromae, whole words)")
-    p.add_argument("--predict_all", action="store_true", help="MLM loss on every position (the MLM+TP ablation)")
+    p.add_argument("--predict_all", action="store_true", help="MLM+TP ablation: add a token-prediction loss, "
+                   "the mean over the unmasked tokens, to MLM's mean over the masked ones")
     p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
                    "Hugging Face directory (weights only: new optimizer and schedule; the model size is the init's)")
     # RetroMAE (--objective retromae)
@@ -271,12 +322,14 @@ def get_args(argv=None):
                    "random, or with --init trained (the paper's Fig. 4)")
     p.add_argument("--untie_embeddings", action="store_true", help="separate MLM decoder matrix (Appendix B)")
     # data
-    p.add_argument("--data", default="toy", help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or folders")
+    p.add_argument("--data", default=None, help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or "
+                   "folders (default: toy for --size tiny and mini, else the paper's wikipedia,bookcorpus)")
     p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
                    "for --data toy, else bert-base-uncased)")
     p.add_argument("--max_len", type=int, default=None, help="tokens per block (default: from --size)")
     p.add_argument("--cache_dir", default=None, help="where tokenised corpora are cached (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: all cores)")
+    p.add_argument("--num_proc", type=int, default=None,
+                   help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--eval_blocks", type=int, default=64, help="blocks held out for evaluation")
     # optimisation
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: from --size)")
@@ -310,6 +363,8 @@ def get_args(argv=None):
     for k, v in recipe.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.data is None:
+        args.data = "toy" if args.size in TOY_SIZES else PAPER_DATA
     if args.vocab is None:  # the init's own vocabulary, else the data's usual one
         args.vocab = (vocab_beside(args.init) if args.init else
                       "toy" if args.data == "toy" else "bert-base-uncased")
@@ -321,9 +376,9 @@ def check_args(args, world_size):
     if not 8 <= args.max_len <= 512:
         raise UsageError(f"--max_len must be between 8 and 512 (BERT has 512 positions), not {args.max_len}")
     if args.objective == "taco":
-        if args.window < 2 or args.window % 2 == 0:
-            raise UsageError(f"--window is W, the odd width of the window centred on the anchor "
-                             f"(W=5: up to 2 positions either side); got {args.window}")
+        if args.window < 2:
+            raise UsageError(f"--window is W, the width of the window centred on the anchor "
+                             f"(W=5: up to 2 positions either side); it must be >= 2, not {args.window}")
         if args.negatives < 1:
             raise UsageError(f"--negatives must be >= 1, not {args.negatives}")
         if args.temperature <= 0:
@@ -344,11 +399,12 @@ def check_args(args, world_size):
     dbs = min(args.device_batch_size, per_rank)
     if per_rank % dbs:
         raise UsageError(f"the per-process batch {per_rank} is not a multiple of --device_batch_size {dbs}")
-    if args.objective == "taco" and dbs < 2:
+    pool = dbs * (world_size if args.negatives_from == "global" else 1)  # sequences negatives come from
+    if args.objective == "taco" and pool < 2:
         raise UsageError("TACO draws negatives from other sequences of the device batch: "
                          "--device_batch_size must be >= 2")
-    if args.objective == "taco" and args.negatives > (dbs - 1) * args.max_len:
-        raise UsageError(f"--negatives {args.negatives} exceeds the {(dbs - 1) * args.max_len} tokens "
+    if args.objective == "taco" and args.negatives > (pool - 1) * args.max_len:
+        raise UsageError(f"--negatives {args.negatives} exceeds the {(pool - 1) * args.max_len} tokens "
                          f"of the other sequences in a device batch; lower it or raise --device_batch_size")
     args.device_batch_size = dbs
     return per_rank // dbs
@@ -367,7 +423,7 @@ def configure_optimizer(model, lr, weight_decay):
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6, fused=True)
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=True)  # the official scripts' values
 
 
 def step_seed(seed, step, rank):
@@ -557,32 +613,48 @@ def prepare_out(args, resuming, overwrite):
 
 
 def masked_batch(ids, tok, args, generator):
-    """Dynamic masking of one micro-batch -> (inputs, labels, tc anchor positions or None);
-    for retromae the third item is the decoder's batch (DecoderInputs)."""
+    """Dynamic masking of one micro-batch -> (inputs, labels, tp_labels, tc anchor positions or None).
+
+    labels: the MLM targets (masked tokens; -100 elsewhere). tp_labels: with --predict_all (the
+    MLM+TP ablation) the targets of the extra token-prediction loss, every other non-special
+    token; else None. For retromae the last item is the decoder's batch (DecoderInputs).
+    """
     if args.objective == "retromae":
         inputs, labels, visible, dec_labels = retromae_batch(ids, tok, args.mlm_probability, args.decoder_mlm_probability,
                                                              generator, args.decoder_pool)
-        return inputs, labels, DecoderInputs(ids.long(), visible, dec_labels)
+        return inputs, labels, None, DecoderInputs(ids.long(), visible, dec_labels)
     inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
     masked = labels != -100
-    if args.predict_all:  # MLM+TP: predict every non-special token, masked or not
+    tp_labels = None
+    if args.predict_all:
         special = torch.isin(ids, torch.tensor(tok.special_ids))
-        labels = torch.where(special, -100, ids)
+        tp_labels = torch.where(special | masked, -100, ids)
     anchors = {"all": None, "masked": masked, "unmasked": ~masked}[args.tc_positions]
-    return inputs, labels, anchors
+    return inputs, labels, tp_labels, anchors
 
 
-def compute_loss(model, inputs, labels, anchors, args, generator):
-    """loss = MLM + lambda * TC (the paper's Eq. 5), with its two parts for logging
-    (retromae: L_enc + L_dec, `anchors` being its DecoderInputs)."""
+def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None):
+    """loss = MLM + lambda * TC (the paper's Eq. 5) -> (loss, mlm, tc, tp) for logging.
+
+    With tp_labels (--predict_all), the MLM+TP ablation adds a token-prediction loss, the mean
+    over the unmasked tokens, to MLM's mean over the masked ones: loss = MLM + TP (+ lambda TC).
+    retromae: (L_enc + L_dec, L_enc, L_dec, 0), `anchors` being its DecoderInputs.
+    """
     if args.objective == "retromae":
-        return retromae_loss(model, inputs, labels, anchors, args.decoder_weight)
-    logits, h, e = model(inputs, labels=labels)  # logits only at predicted rows
-    mlm = F.cross_entropy(logits.float(), labels[labels != -100])
-    if args.objective == "mlm":
-        return mlm, mlm, torch.zeros_like(mlm)
-    tc = tc_loss(h, e, None, args.window, args.negatives, args.temperature, generator, anchors)
-    return mlm + args.tc_weight * tc, mlm, tc
+        loss, enc, dec = retromae_loss(model, inputs, labels, anchors, args.decoder_weight)
+        return loss, enc, dec, torch.zeros_like(loss)
+    targets = labels if tp_labels is None else torch.where(labels != -100, labels, tp_labels)
+    logits, h, e = model(inputs, labels=targets)  # logits only at rows with a target, in order
+    ce = F.cross_entropy(logits.float(), targets[targets != -100], reduction="none")
+    masked = (labels != -100)[targets != -100]  # which of those rows are MLM's
+    mlm = ce[masked].mean()
+    tp = ce[~masked].mean() if tp_labels is not None else torch.zeros_like(mlm)
+    tc = torch.zeros_like(mlm)
+    if args.objective == "taco":
+        group = dist.group.WORLD if args.negatives_from == "global" and dist.is_initialized() else None
+        tc = tc_loss(h, e, window=args.window, num_negatives=args.negatives, temperature=args.temperature,
+                     generator=generator, positions=anchors, fast=not args.plain_tc, group=group)
+    return mlm + tp + args.tc_weight * tc, mlm, tc, tp
 
 
 @torch.no_grad()
@@ -616,6 +688,9 @@ def train(args):
     if args.resume and resume_from is None and not restarted:
         raise UsageError(f"--resume: no valid checkpoint in {args.out}")
     resuming = resume_from is not None
+    if master and "toy" in args.data.split(",") and args.size not in TOY_SIZES:
+        print(f"warning: --size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's "
+              f"run: that is the default --data {PAPER_DATA}", file=sys.stderr)
     if args.init:  # the init's architecture; its weights are loaded below unless resuming
         cfg, init_state, init_source = load_init(args.init)
     tok = load_tokenizer(args.vocab, args.cache_dir)
@@ -633,9 +708,9 @@ def train(args):
         dist.barrier()
     if not master:
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)
+    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
     n_eval = min(args.eval_blocks, len(blocks) // 10)
-    train_blocks, eval_blocks = blocks[:len(blocks) - n_eval], blocks[len(blocks) - n_eval:]
+    train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out
     steps_per_epoch = len(train_blocks) // args.batch_size
     if steps_per_epoch == 0:
         raise UsageError(f"the corpus gives {len(train_blocks)} training blocks of {args.max_len} tokens, "
@@ -713,7 +788,9 @@ def train(args):
             os._exit(13)
         epoch, i = divmod(step, steps_per_epoch)
         if epoch != perm_epoch:  # a fresh shuffle each epoch, the same on every rank
-            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch))
+            # int32 (the same order as int64): 4 bytes a block, the one buffer that grows with the corpus
+            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch),
+                                  dtype=torch.int32)
             perm_epoch = epoch
         mine = perm[i * args.batch_size:(i + 1) * args.batch_size][rank * per_rank:(rank + 1) * per_rank]
         lr = get_lr(step, args.lr, args.warmup, args.steps)
@@ -722,19 +799,22 @@ def train(args):
         torch.manual_seed(step_seed(args.seed, step, rank))  # dropout
         gen = torch.Generator().manual_seed(step_seed(args.seed + 1, step, rank))  # masking
         dev_gen = gen if device.type == "cpu" else torch.Generator(device).manual_seed(step_seed(args.seed + 2, step, rank))
-        sums = torch.zeros(3, device=device)  # loss, mlm, tc
+        if args.negatives_from == "global":  # every rank draws the global micro-batch's sample, keeps its rows
+            dev_gen = torch.Generator(device).manual_seed(step_seed(args.seed + 2, step, 0))
+        sums = torch.zeros(4, device=device)  # loss, mlm, tc, tp
         for micro in range(accum):
             idx = np.sort(mine[micro * args.device_batch_size:(micro + 1) * args.device_batch_size].numpy())
             ids = torch.from_numpy(train_blocks[idx].astype(np.int64))
-            inputs, labels, anchors = masked_batch(ids, tok, args, gen)
+            inputs, labels, tp_labels, anchors = masked_batch(ids, tok, args, gen)
             inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            tp_labels = None if tp_labels is None else tp_labels.to(device, non_blocking=True)
             anchors = None if anchors is None else anchors.to(device, non_blocking=True)
             if world > 1:  # all-reduce the gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == accum - 1
             with autocast:
-                loss, mlm, tc = compute_loss(model, inputs, labels, anchors, args, dev_gen)
+                loss, mlm, tc, tp = compute_loss(model, inputs, labels, anchors, args, dev_gen, tp_labels)
             scaler.scale(loss / accum).backward()
-            sums += torch.stack([loss, mlm, tc]).detach().float() / accum
+            sums += torch.stack([loss, mlm, tc, tp]).detach().float() / accum
         scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
         # fp16's scaler handles overflowing gradients itself; any other non-finite value is a fault.
@@ -754,7 +834,7 @@ def train(args):
         tokens_seen += args.batch_size * args.max_len
         done = step + 1
         if master:
-            loss_v, mlm_v, tc_v = sums.tolist()
+            loss_v, mlm_v, tc_v, tp_v = sums.tolist()
             tok_s = tokens_seen / (time.time() - t0)
             bar.set_postfix(loss=f"{loss_v:.3f}", mlm=f"{mlm_v:.3f}", tc=f"{tc_v:.3f}", lr=f"{lr:.1e}",
                             tok_s=f"{tok_s:,.0f}")
@@ -762,6 +842,8 @@ def train(args):
             if done % args.log_every == 0 or done == args.steps:
                 record = {"step": done, "loss": loss_v, "mlm": mlm_v, "tc": tc_v, "lr": lr,
                           "tokens_per_s": tok_s, "grad_norm": grad_norm.item(), "skipped": skipped}
+                if args.predict_all:
+                    record["tp"] = tp_v
             if n_eval and (done % args.eval_every == 0 or done == args.steps):
                 last_eval = evaluate(raw, eval_blocks, tok, args, device)
                 record = {"step": done, **record, **last_eval}

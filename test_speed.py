@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 import bench
 from model import BertConfig, BertForPreTraining, dropout
-from taco import SampledCosines, configure_optimizer, tc_loss
+from taco import SampledCosines, configure_optimizer, similarity_route, tc_loss
 
 
 def states(B, T, H, seed=0):
@@ -13,22 +13,30 @@ def states(B, T, H, seed=0):
     return torch.randn(B, T, H, requires_grad=True), torch.randn(B, T, H, requires_grad=True)
 
 
-def loss_and_grads(fn, h, e, mask, positions, window, K, tau, seed, dtype=None):
+def loss_and_grads(fast, h, e, mask, positions, window, K, tau, seed, dtype=None):
     h.grad = e.grad = None
     with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-        loss = fn(h, e, mask, window, K, tau, torch.Generator().manual_seed(seed), positions)
+        loss = tc_loss(h, e, attention_mask=mask, window=window, num_negatives=K, temperature=tau,
+                       generator=torch.Generator().manual_seed(seed), positions=positions, fast=fast)
     loss.backward()  # outside autocast, as in taco.train
     return loss.detach(), h.grad.clone(), e.grad.clone()
 
 
-@pytest.mark.parametrize("case", ["dense", "padding", "positions", "padding+positions", "many chunks", "K=1 W=3"])
+@pytest.mark.parametrize("case", ["dense", "padding", "positions", "padding+positions", "many chunks", "K=1 W=3",
+                                  "gather route", "gather route, many chunks"])
 def test_tc_loss_equals_plain_form(case):
-    """Same generator seed -> same sampled positives and negatives -> same loss and gradients."""
+    """fast=True and fast=False: same generator seed -> same sampled positives and negatives ->
+    same loss and gradients, by either route of SampledCosines."""
     B, T, H, K, W, tau = 5, 24, 32, 20, 5, 0.07
-    if case == "many chunks":  # 2^20 // (B*T) anchors per chunk: several chunks
+    if case == "many chunks":  # 2^20 // (B*T) anchors per chunk of the product route: several chunks
         B, T, H = 16, 160, 8
     if case == "K=1 W=3":
         K, W, tau = 1, 3, 0.5
+    if case.startswith("gather route"):  # more keys than PRODUCT_SPEEDUP * (1 + K)
+        B, T, K = 6, 40, 4
+        if case.endswith("many chunks"):
+            H = 1024
+        assert similarity_route(B * T, B * T, 1 + K, H)[0] == "gather"
     h, e = states(B, T, H)
     mask = positions = None
     if "padding" in case:
@@ -38,28 +46,31 @@ def test_tc_loss_equals_plain_form(case):
     if "positions" in case:
         positions = torch.rand(B, T, generator=torch.Generator().manual_seed(1)) < 0.3
     for seed in range(3):
-        fast = loss_and_grads(tc_loss, h, e, mask, positions, W, K, tau, seed)
-        plain = loss_and_grads(bench.plain_tc_loss, h, e, mask, positions, W, K, tau, seed)
+        fast = loss_and_grads(True, h, e, mask, positions, W, K, tau, seed)
+        plain = loss_and_grads(False, h, e, mask, positions, W, K, tau, seed)
         for f, p in zip(fast, plain):
             torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-5)
         assert fast[1].abs().sum() > 0
 
 
-def test_tc_loss_equals_plain_form_under_autocast():
-    h, e = states(4, 16, 32)
-    fast = loss_and_grads(tc_loss, h, e, None, None, 5, 10, 0.07, 0, torch.bfloat16)
-    plain = loss_and_grads(bench.plain_tc_loss, h, e, None, None, 5, 10, 0.07, 0, torch.bfloat16)
+@pytest.mark.parametrize("B, T, K", [(4, 16, 10), (6, 40, 4)])  # the product route, the gather route
+def test_tc_loss_equals_plain_form_under_autocast(B, T, K):
+    h, e = states(B, T, 32)
+    fast = loss_and_grads(True, h, e, None, None, 5, K, 0.07, 0, torch.bfloat16)
+    plain = loss_and_grads(False, h, e, None, None, 5, K, 0.07, 0, torch.bfloat16)
     assert fast[0].dtype == torch.float32
     for f, p in zip(fast, plain):
         torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-5)
 
 
-def test_sampled_cosines_gradcheck():
+@pytest.mark.parametrize("keys", [12, 300])  # the product route, the gather route
+def test_sampled_cosines_gradcheck(keys):
     torch.manual_seed(0)
     a = torch.randn(7, 5, dtype=torch.double, requires_grad=True)
-    z = torch.randn(12, 5, dtype=torch.double)
-    cols = torch.randint(0, 12, (7, 4))
+    z = torch.randn(keys, 5, dtype=torch.double)
+    cols = torch.randint(0, keys, (7, 4))
     cols[0] = cols[0, 0]  # the same row drawn several times
+    assert similarity_route(7, keys, 4, 5)[0] == ("product" if keys == 12 else "gather")
     assert torch.autograd.gradcheck(lambda a: SampledCosines.apply(a, z, cols), (a,))
     torch.testing.assert_close(SampledCosines.apply(a, z, cols), torch.einsum("nh,njh->nj", a, z[cols]))
     with pytest.raises(ValueError, match="detach"):  # it would silently drop z's gradient
@@ -100,7 +111,7 @@ def test_fused_adamw_equals_plain_adamw():
     assert fused.defaults["fused"]
     groups = [{"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0}]
-    plain = torch.optim.AdamW(groups, lr=1e-2, eps=1e-6, foreach=False, fused=False)
+    plain = torch.optim.AdamW(groups, lr=1e-2, eps=1e-8, foreach=False, fused=False)
     ids = torch.randint(5, 97, (4, 16))
     labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
     for _ in range(3):
@@ -109,7 +120,14 @@ def test_fused_adamw_equals_plain_adamw():
             F.cross_entropy(logits, labels[labels != -100]).backward()
             opt.step()
             opt.zero_grad()
-    for a, b in zip(models[0].parameters(), models[1].parameters()):
+    assert fused.defaults["eps"] == 1e-8  # the official scripts' (Hugging Face's default)
+    H = cfg.hidden_size
+    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+        if name.endswith("attn.qkv.bias"):
+            # The key bias adds one constant to a whole row of attention scores, which softmax
+            # ignores: its true gradient is 0, so AdamW (eps 1e-8) turns float rounding into
+            # steps there, different in each optimizer. Compared: the query and value biases.
+            a, b = torch.cat([a[:H], a[2 * H:]]), torch.cat([b[:H], b[2 * H:]])
         # Update order differs by float rounding, amplified where |grad| ~ eps: 1e-3 of a step.
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert (models[0].bert.embeddings.word.weight - start).abs().max() > 1e-3  # the steps moved it

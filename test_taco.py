@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -209,14 +210,13 @@ def orthogonal_states(B, T, H=16, scale=3.0):
 def test_tc_closed_form_orthogonal_sequences():
     K, tau = 7, 0.5  # a tau that keeps the value well above float32 rounding
     h, e = orthogonal_states(4, 10)
-    loss = tc_loss(h, e, None, window=5, num_negatives=K, temperature=tau,
-                   generator=torch.Generator().manual_seed(0))
+    loss = tc_loss(h, e, window=5, num_negatives=K, temperature=tau, generator=torch.Generator().manual_seed(0))
     assert loss.item() == pytest.approx(math.log(1 + K * math.exp(-1 / tau)), rel=1e-4)
 
 
 def test_tc_closed_form_all_equal():
     h = torch.randn(1, 1, 8).expand(3, 6, 8).clone()
-    loss = tc_loss(h, torch.zeros_like(h), None, num_negatives=50, generator=torch.Generator().manual_seed(0))
+    loss = tc_loss(h, torch.zeros_like(h), num_negatives=50, generator=torch.Generator().manual_seed(0))
     assert loss.item() == pytest.approx(math.log(51), rel=1e-5)
 
 
@@ -230,7 +230,7 @@ def test_tc_never_samples_padding():
         mask[b, n:] = 0
         h[b, n:] = -torch.ones(H)  # cosine -1/sqrt(8)·… with every real state: never 0 or 1
     for seed in range(5):
-        loss = tc_loss(h, e, mask, window=5, num_negatives=K, temperature=tau,
+        loss = tc_loss(h, e, attention_mask=mask, window=5, num_negatives=K, temperature=tau,
                        generator=torch.Generator().manual_seed(seed))
         assert loss.item() == pytest.approx(math.log(1 + K * math.exp(-1 / tau)), rel=1e-4)
 
@@ -271,7 +271,7 @@ def test_tc_matches_naive_loop(positions):
     mask[2, 5:] = 0
     mask[3, 1:] = 0  # a lone token: it has no positive, so it is no anchor
     chosen = torch.rand(B, T) < 0.5 if positions else None
-    loss = tc_loss(h, e, mask, window=5, num_negatives=K, temperature=tau,
+    loss = tc_loss(h, e, attention_mask=mask, window=5, num_negatives=K, temperature=tau,
                    generator=torch.Generator().manual_seed(3), positions=chosen)
     gen = torch.Generator().manual_seed(3)
     real = mask.bool()
@@ -316,6 +316,23 @@ def test_samplers_respect_window_sequence_and_padding():
     assert set(offsets.tolist()) == {-2, -1, 1, 2}
 
 
+@pytest.mark.parametrize("W, reach", [(5, 2), (10, 5), (11, 5), (50, 25)])
+def test_positive_offsets_are_uniform_over_the_window(W, reach):
+    """Away from the edges, the positive's offset is uniform over -reach..-1, 1..reach, with
+    reach = W // 2: an even W counts as W + 1. Chi-square test against the uniform distribution."""
+    T = 2 * reach + 1  # the middle token's window fits exactly
+    real = torch.ones(20_000, T, dtype=torch.bool)
+    pos = sample_positives(real, W, torch.Generator().manual_seed(0))
+    offsets = pos[:, reach] % T - reach
+    want = [d for d in range(-reach, reach + 1) if d != 0]
+    counts = torch.stack([(offsets == d).sum() for d in want]).double()
+    assert counts.sum() == len(offsets)  # nothing outside the window
+    expected = len(offsets) / len(want)
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    dof = len(want) - 1
+    assert chi2 < dof + 5 * math.sqrt(2 * dof)  # ~5 sigma above the chi-square mean
+
+
 def test_tc_refuses_a_single_sequence():
     h = torch.randn(1, 8, 4)
     with pytest.raises(ValueError, match="device_batch_size"):
@@ -325,8 +342,47 @@ def test_tc_refuses_a_single_sequence():
 def test_tc_in_fp32_under_autocast():
     h = torch.randn(3, 8, 16).bfloat16()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = tc_loss(h, torch.zeros_like(h), None, num_negatives=5, generator=torch.Generator().manual_seed(0))
+        loss = tc_loss(h, torch.zeros_like(h), num_negatives=5, generator=torch.Generator().manual_seed(0))
     assert loss.dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- MLM+TP (--predict_all)
+
+class KnownLosses(torch.nn.Module):
+    """A stand-in model whose r-th predicted row has logit x_r = r / 10 at its target and 0
+    elsewhere, so its cross-entropy is log(V - 1 + exp(x_r)) - x_r."""
+
+    V = 40
+
+    def forward(self, inputs, labels):
+        targets = labels[labels != -100]
+        logits = torch.zeros(len(targets), self.V)
+        logits[torch.arange(len(targets)), targets] = torch.arange(len(targets)) / 10
+        h = torch.zeros(*inputs.shape, 8)
+        return logits, h, h
+
+
+def test_mlm_plus_tp_is_two_means_added():
+    """--predict_all: loss = MLM (mean over the masked tokens) + TP (mean over the other
+    non-special tokens), not one mean over both (which gives the 15% masked ~1/7 of the weight)."""
+    tok = SimpleNamespace(vocab_size=KnownLosses.V, special_ids=[0, 1, 2, 3], mask_id=3)
+    ids = torch.randint(4, KnownLosses.V, (3, 20), generator=torch.Generator().manual_seed(0))
+    ids[:, 0], ids[:, -1], ids[2, 15:] = 1, 2, 0  # [CLS] ... [SEP], padding
+    args = SimpleNamespace(mlm_probability=0.3, predict_all=True, tc_positions="all", objective="mlm", tc_weight=1.0)
+    inputs, labels, tp_labels, anchors = taco.masked_batch(ids, tok, args, torch.Generator().manual_seed(1))
+    masked = labels != -100
+    special = torch.isin(ids, torch.tensor(tok.special_ids))
+    assert torch.equal(labels[masked], ids[masked]) and not special[masked].any()
+    assert torch.equal(tp_labels, torch.where(special | masked, -100, ids))  # every other non-special token
+    loss, mlm, tc, tp = taco.compute_loss(KnownLosses(), inputs, labels, anchors, args, None, tp_labels)
+    # by hand: the rows in (B, T) order; which of them are masked; each row's cross-entropy
+    rows = [(b, t) for b in range(3) for t in range(20) if masked[b, t] or tp_labels[b, t] != -100]
+    ce = [math.log(KnownLosses.V - 1 + math.exp(r / 10)) - r / 10 for r in range(len(rows))]
+    want_mlm = np.mean([c for c, (b, t) in zip(ce, rows) if masked[b, t]])
+    want_tp = np.mean([c for c, (b, t) in zip(ce, rows) if not masked[b, t]])
+    assert mlm.item() == pytest.approx(want_mlm, rel=1e-5) and tp.item() == pytest.approx(want_tp, rel=1e-5)
+    assert loss.item() == pytest.approx(want_mlm + want_tp, rel=1e-5) and tc.item() == 0
+    assert abs(loss.item() - np.mean(ce)) > 1  # far from the single pooled mean
 
 
 # ----------------------------------------------------------------------------- contextual score, schedule
@@ -447,6 +503,10 @@ def test_objectives_and_ablations_run(tmp_path):
                   ["--freeze_embeddings", "--untie_embeddings", "--tc_positions", "unmasked"]):
         out = str(tmp_path / "_".join(extra))
         assert run_taco(FAST + ["--steps", "4", "--out", out] + extra) == 0
+        lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+        if "--predict_all" in extra:  # MLM+TP logs both parts, and their sum with TC
+            assert all(l["loss"] == pytest.approx(l["mlm"] + l["tp"] + l["tc"], rel=1e-5) for l in lines)
+        assert ("tp" in lines[0]) == ("--predict_all" in extra)
     ckpt = final_weights(str(tmp_path / "--freeze_embeddings_--untie_embeddings_--tc_positions_unmasked"), 4)
     torch.manual_seed(0)  # frozen embeddings stay at their (seeded) initialisation
     fresh = BertForPreTraining(BertConfig(**json.load(open(os.path.join(
@@ -497,9 +557,9 @@ def test_nonfinite_loss_stops_or_skips(tmp_path, monkeypatch, capsys):
     calls = {"n": 0}
 
     def poisoned(*a, **k):
-        loss, mlm, tc = real(*a, **k)
+        loss, *parts = real(*a, **k)
         calls["n"] += 1
-        return (loss * float("nan") if calls["n"] == 6 else loss), mlm, tc
+        return (loss * float("nan") if calls["n"] == 6 else loss), *parts
 
     monkeypatch.setattr(taco, "compute_loss", poisoned)
     out = str(tmp_path / "nan")
@@ -518,8 +578,7 @@ BAD_TACO_ARGS = [
     (["--objective", "bert"], "invalid choice"),
     (["--max_len", "1024"], "--max_len must be between 8 and 512"),
     (["--negatives", "0"], "--negatives must be >= 1"),
-    (["--window", "4"], "odd width"),
-    (["--window", "1"], "odd width"),
+    (["--window", "1"], "--window is W, the width of the window"),
     (["--negatives", "500"], "exceeds the 224 tokens"),
     (["--device_batch_size", "1"], "--device_batch_size must be >= 2"),
     (["--batch_size", "12", "--device_batch_size", "8"], "not a multiple of --device_batch_size"),
