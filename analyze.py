@@ -9,11 +9,16 @@
                       correlation of the cosine with the human scores over all pairs
     self-similarity   per layer, the mean cosine of two distinct tokens of one sequence (TaCL's
                       analysis, Su et al. 2022), and with --heatmap one sentence's token-by-token cosines
+    sentence probes   what RetroMAE trains, the [CLS] vector as a sentence embedding (docs/retromae.md):
+                      retrieval in the BEIR layout (nDCG@10, MRR@10, Recall@100) and STS-format
+                      similarity (Spearman of the cosine with the gold scores)
 
     python analyze.py --model runs/taco                       # toy corpus and toy word pairs
     python analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json
     python analyze.py --model hf_bert_dir --data wikitext103 --pairs wordsim353.tsv --max_len 256
     python analyze.py --model runs/tacl --heatmap heatmap.png  # + one sentence's token x token cosines
+    python analyze.py --model runs/retromae --retrieval toy --sts toy   # + the sentence probes
+    python analyze.py --model hf_bert_dir --retrieval path/to/beir/scifact --similarity cos
 
 For distances the score is inter - intra, so for every metric a positive score means that
 tokens of one context are closer to each other than to tokens of other contexts.
@@ -28,7 +33,7 @@ import torch.nn.functional as F
 
 import cli
 from cli import int_range
-from data import load_tokenizer, make_blocks, tokenize_corpus, toy_corpus
+from data import load_tokenizer, make_blocks, tokenize_corpus, toy_corpus, toy_sentence_eval
 from finetune import load_pretrained, spearman
 from model import Bert
 from taco import UsageError, context_groups, pair_sums
@@ -237,6 +242,134 @@ def word_similarity(embeddings, tok, pairs, batches=None):
             "spearman": spearman(cos, human) if len(cos) > 1 else float("nan")}
 
 
+# ----------------------------------------------------------------------------- sentence embeddings
+
+@torch.no_grad()
+def embed(encoder, tok, texts, max_len=128, batch_size=64):
+    """(N, H) float32 sentence embeddings: the last-layer [CLS] state of `[CLS] text [SEP]`
+    (cut to max_len), no pooler, as RetroMAE's retriever. Batches of similar length."""
+    was_training = encoder.training
+    encoder.eval()
+    device = next(encoder.parameters()).device
+    ids = [[tok.cls_id] + tok.encode(t)[:max_len - 2] + [tok.sep_id] for t in texts]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = torch.empty(len(ids), encoder.config.hidden_size)
+    for i in range(0, len(order), batch_size):
+        rows = order[i:i + batch_size]
+        T = max(len(ids[r]) for r in rows)
+        batch = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
+        for j, r in enumerate(rows):
+            batch[j, :len(ids[r])] = torch.tensor(ids[r])
+        h, _ = encoder(batch.to(device), attention_mask=(batch != tok.pad_id).to(device))
+        out[rows] = h[:, 0].float().cpu()
+    encoder.train(was_training)
+    return out
+
+
+def _read_jsonl(path, what):
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                    title = row.get("title") or ""
+                    rows.append((str(row["_id"]), f"{title} {row['text']}" if title else row["text"]))
+                except (ValueError, KeyError, TypeError):
+                    raise UsageError(f"{path} line {no}: expected a JSON object with _id and text ({what})") from None
+    return rows
+
+
+def read_beir(folder, split="test"):
+    """A BEIR data set folder -> (corpus [(id, text)], queries [(id, text)], qrels {qid: {doc id: grade}}).
+    Layout: corpus.jsonl ({"_id", "title", "text"}), queries.jsonl ({"_id", "text"}),
+    qrels/<split>.tsv (query-id, corpus-id, score; a header line). Title and text are joined."""
+    paths = [os.path.join(folder, n) for n in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{split}.tsv"))]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise UsageError(f"{path} not found: --retrieval takes a BEIR folder (corpus.jsonl, queries.jsonl, "
+                             f"qrels/{split}.tsv)")
+    corpus, queries = _read_jsonl(paths[0], "a document"), _read_jsonl(paths[1], "a query")
+    qrels = {}
+    with open(paths[2], encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            cols = line.rstrip("\n").split("\t")
+            if no == 1 and not cols[-1].strip().lstrip("-").isdigit():
+                continue  # the header
+            if len(cols) != 3 or not cols[2].strip().lstrip("-").isdigit():
+                raise UsageError(f"{paths[2]} line {no}: expected query-id<TAB>corpus-id<TAB>integer score")
+            qrels.setdefault(cols[0], {})[cols[1]] = int(cols[2])
+    return corpus, queries, qrels
+
+
+def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100):
+    """BEIR's measures (as pytrec_eval computes them) of a (Q, D) score matrix -> means over queries.
+    relevance: per query, {document index: grade}. nDCG@k: gain = grade, discount log2(rank + 1),
+    ideal from all graded documents; MRR@k: 1 / rank of the first document of grade > 0 in the
+    top k, else 0; Recall@k: share of the grade > 0 documents in the top k. Ties: earlier document first."""
+    k_max = min(max(k_ndcg, k_mrr, k_recall), scores.size(1))
+    top = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k_max]  # (Q, k)
+    ndcg, mrr, recall = [], [], []
+    for q, rel in enumerate(relevance):
+        ranked = [rel.get(d, 0) for d in top[q].tolist()]
+        discount = [1 / math.log2(r + 2) for r in range(k_max)]
+        ideal = sorted(rel.values(), reverse=True)[:k_ndcg]
+        idcg = sum(g * d for g, d in zip(ideal, discount))
+        ndcg.append(sum(g * d for g, d in zip(ranked[:k_ndcg], discount)) / idcg if idcg > 0 else 0.0)
+        first = next((r for r, g in enumerate(ranked[:k_mrr]) if g > 0), None)
+        mrr.append(0.0 if first is None else 1 / (first + 1))
+        n_rel = sum(g > 0 for g in rel.values())
+        recall.append(sum(g > 0 for g in ranked[:k_recall]) / n_rel if n_rel else 0.0)
+    return {f"ndcg@{k_ndcg}": float(np.mean(ndcg)), f"mrr@{k_mrr}": float(np.mean(mrr)),
+            f"recall@{k_recall}": float(np.mean(recall)), "queries": len(relevance)}
+
+
+def cls_retrieval(encoder, tok, folder, similarity="dot", max_len=128, split="test"):
+    """Zero-shot dense retrieval with [CLS] vectors on a BEIR folder: dot product (RetroMAE's
+    choice) or cosine. Queries without judgements are left out, as BEIR does."""
+    corpus, queries, qrels = read_beir(folder, split)
+    queries = [(qid, text) for qid, text in queries if qid in qrels]
+    if not queries or not corpus:
+        raise UsageError(f"{folder}: no judged queries or no documents")
+    doc_index = {did: i for i, (did, _) in enumerate(corpus)}
+    d = embed(encoder, tok, [t for _, t in corpus], max_len)
+    q = embed(encoder, tok, [t for _, t in queries], max_len)
+    if similarity == "cos":
+        d, q = F.normalize(d, dim=-1), F.normalize(q, dim=-1)
+    relevance = [{doc_index[did]: g for did, g in qrels[qid].items() if did in doc_index} for qid, _ in queries]
+    return {"similarity": similarity, "documents": len(corpus), **retrieval_metrics(q @ d.T, relevance)}
+
+
+def read_sts(path):
+    """[(sentence1, sentence2, score)] of an STS-format TSV with a header (STS-B's columns
+    sentence1, sentence2 and score, or the first three columns when those names are absent)."""
+    if not os.path.isfile(path):
+        raise UsageError(f"STS file {path} not found: pass a TSV with sentence1, sentence2, score columns")
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    header = rows.pop(0) if rows else []
+    cols = [header.index(c) for c in ("sentence1", "sentence2", "score")] if {"sentence1", "sentence2", "score"} <= set(header) \
+        else [0, 1, 2]
+    pairs = []
+    for no, row in enumerate(rows, 2):
+        try:
+            pairs.append((row[cols[0]], row[cols[1]], float(row[cols[2]])))
+        except (IndexError, ValueError):
+            raise UsageError(f"{path} line {no}: expected sentence1<TAB>sentence2<TAB>score") from None
+    if len(pairs) < 2:
+        raise UsageError(f"STS file {path} holds fewer than two pairs")
+    return pairs
+
+
+def sentence_similarity(encoder, tok, pairs, max_len=128):
+    """Spearman of the [CLS] cosine with the gold scores, no fine-tuning (SimCSE-style STS)."""
+    a = embed(encoder, tok, [p[0] for p in pairs], max_len)
+    b = embed(encoder, tok, [p[1] for p in pairs], max_len)
+    cos = F.cosine_similarity(a, b, dim=-1)
+    return {"pairs": len(pairs), "spearman": spearman(cos.tolist(), [p[2] for p in pairs]),
+            "mean_cosine": cos.mean().item()}
+
+
 # ----------------------------------------------------------------------------- one checkpoint
 
 def load_encoder(spec):
@@ -275,6 +408,12 @@ def format_report(result):
                  f"pairs that co-occur in a held-out document")
     lines.append(f"  extra: Spearman {w['spearman']:.4f} with the human scores, mean cosine {w['mean_cosine']:.4f}, "
                  f"over {w['used']} pairs ({w['skipped']} of {w['pairs']} skipped: not single tokens)")
+    if "retrieval" in result:
+        r = result["retrieval"]
+        lines.append(f"[CLS] retrieval ({r['similarity']}, {r['queries']} queries, {r['documents']} documents): "
+                     f"nDCG@10 {r['ndcg@10']:.4f}, MRR@10 {r['mrr@10']:.4f}, Recall@100 {r['recall@100']:.4f}")
+    if "sts" in result:
+        lines.append(f"[CLS] sentence similarity: Spearman {result['sts']['spearman']:.4f} over {result['sts']['pairs']} pairs")
     return "\n".join(lines)
 
 
@@ -294,6 +433,11 @@ def main(argv=None):
     p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
                    "or toy: the toy corpus's wordsim.txt")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
+    p.add_argument("--retrieval", default=None, help="also: [CLS] retrieval on a BEIR folder (corpus.jsonl, "
+                   "queries.jsonl, qrels/test.tsv), or toy: the toy grammar's")
+    p.add_argument("--similarity", default="dot", choices=["dot", "cos"], help="retrieval score of two [CLS] vectors")
+    p.add_argument("--sts", default=None, help="also: Spearman of the [CLS] cosine on an STS-format TSV "
+                   "(sentence1, sentence2, score), or toy")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     p.add_argument("--heatmap", default=None, help="PNG of one sentence's token x token last-layer cosines")
     p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
@@ -309,6 +453,11 @@ def main(argv=None):
         for flag in ("json", "heatmap"):
             if getattr(args, flag):
                 cli.output_path(getattr(args, flag), f"--{flag}", folder=False)
+        toy_eval = toy_sentence_eval(args.cache_dir) if "toy" in (args.retrieval, args.sts) else None
+        retrieval = args.retrieval and (os.path.join(toy_eval, "retrieval") if args.retrieval == "toy" else args.retrieval)
+        sts_pairs = args.sts and read_sts(os.path.join(toy_eval, "sts.tsv") if args.sts == "toy" else args.sts)
+        if retrieval:
+            read_beir(retrieval)  # a bad folder fails before the model runs
         encoder, tok, run_args, source = load_encoder(args.model)
         if word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["used"] == 0:
             raise UsageError(f"none of the {len(pairs)} pairs of {pairs_file} are two single tokens of "
@@ -323,6 +472,10 @@ def main(argv=None):
                              f"pass more text or a smaller --max_len")
         result = {"model": source, "data": data, "max_len": max_len, "blocks": sum(len(b) for b in batches),
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
+        if retrieval:
+            result["retrieval"] = {"folder": retrieval, **cls_retrieval(encoder, tok, retrieval, args.similarity, max_len)}
+        if sts_pairs:
+            result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len)
         print(f"{source}: {result['blocks']} held-out blocks of {max_len} from {data}")
         print(format_report(result))
         if args.heatmap:

@@ -14,6 +14,9 @@ tokens masked by data.mask_tokens.
     hf-mlm    transformers.BertForMaskedLM (sdpa): logits over the vocabulary at every token
     hf-tc     the same + the TC loss in its plain form, as users bolt it on: taco.tc_loss(fast=False),
               which gathers an (N, 1+K, H) copy of the keys
+    taco-retromae  (on request) RetroMAE: whole-word MLM at 30% + the one-layer decoder rebuilding
+              every token (taco.retromae_loss); its batch (masks, decoder visibility) is built
+              once, outside the timed step, and its own cost is printed apart
 Variants alternate step by step (A B C D A B C D ...) and the table shows medians, so the
 machine's drift cancels. "peak MB" is what two steps add on top of the weights (gradients,
 AdamW state, activations, temporaries): the CUDA allocator's peak, or on CPU the peak RSS
@@ -22,6 +25,7 @@ of a fresh process per variant. "saved MB" is what autograd keeps for the backwa
 masked rows) against the device's dense bf16 peak. The last two lines are machine-readable:
     speedup_vs_hf: taco-mlm tokens/s / hf-mlm tokens/s
     tc_overhead:   taco-tc step time / taco-mlm step time
+    retromae_overhead: taco-retromae step time / taco-mlm step time (when measured)
 """
 import argparse
 import os
@@ -36,11 +40,12 @@ import torch
 
 import cli
 from cli import float_range, int_range
-from data import mask_tokens
-from model import SIZES, BertConfig, BertForPreTraining
-from taco import compute_loss, configure_optimizer, similarity_route, tc_loss
+from data import mask_tokens, retromae_batch
+from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
+from taco import DecoderInputs, compute_loss, configure_optimizer, retromae_loss, similarity_route, tc_loss
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
+ON_REQUEST = ["taco-retromae"]
 # Dense bf16 peak FLOP/s by device name, for MFU.
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "GH200": 989e12, "B200": 2250e12,
              "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
@@ -72,7 +77,7 @@ def get_args(argv=None):
         args.device = cli.device(args.device)
     args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" else "fp32")
     args.variants = args.variants.split(",")
-    if unknown := set(args.variants) - set(VARIANTS):
+    if unknown := set(args.variants) - set(VARIANTS + ON_REQUEST):
         p.error(f"unknown variants {sorted(unknown)}")
     return args
 
@@ -87,10 +92,27 @@ def make_batch(args):
     return inputs.to(args.device), labels.to(args.device)
 
 
+def make_retromae_batch(args):
+    """make_batch's ids as RetroMAE's batch (every id a whole word) -> (inputs, labels, DecoderInputs, ms)."""
+    tok = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103, pad_id=0,
+                          is_continuation=torch.zeros(30522, dtype=torch.bool))
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(999, tok.vocab_size, (args.batch_size, args.max_len), generator=gen)
+    ids[:, 0], ids[:, -1] = 101, 102
+    t0 = time.perf_counter()
+    inputs, labels, visible, dec_labels = retromae_batch(ids, tok, 0.3, 0.5, gen)
+    ms = (time.perf_counter() - t0) * 1e3
+    dec = DecoderInputs(ids, visible, dec_labels).to(args.device)
+    return inputs.to(args.device), labels.to(args.device), dec, ms
+
+
 def make_step(name, args, cfg, inputs, labels):
     """-> (step(seed), model): one full training step of the variant."""
     torch.manual_seed(0)
-    if name.startswith("taco"):
+    if name == "taco-retromae":
+        model = RetroMAEForPreTraining(cfg)
+        inputs, labels, dec, _ = make_retromae_batch(args)
+    elif name.startswith("taco"):
         model = BertForPreTraining(cfg)
     else:
         import transformers
@@ -111,7 +133,9 @@ def make_step(name, args, cfg, inputs, labels):
     def step(seed):
         gen = torch.Generator(args.device).manual_seed(seed)
         with amp:
-            if name.startswith("taco"):
+            if name == "taco-retromae":
+                loss = retromae_loss(run, inputs, labels, dec)[0]
+            elif name.startswith("taco"):
                 loss = compute_loss(run, inputs, labels, None, loss_args, gen)[0]
             else:
                 out = run(input_ids=inputs, labels=labels, output_hidden_states=name == "hf-tc")
@@ -278,6 +302,10 @@ def measure(args, argv):
           f"{2 * (n * n + n * 51) * cfg.hidden_size / 1e9:.3g} GFLOP")
     print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
     print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
+    if "taco-retromae" in med:
+        prep = statistics.median(make_retromae_batch(args)[3] for _ in range(3))
+        print(f"retromae batch (whole-word masks + decoder visibility, CPU, not in the step): {prep:.0f} ms")
+        print(f"retromae_overhead: {ratio('taco-retromae', 'taco-mlm'):.3f}")
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ class WordPieceTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self.vocab[t] for t in SPECIAL_TOKENS)
         self.special_ids = sorted({self.vocab[t] for t in SPECIAL_TOKENS})
+        self.is_continuation = torch.tensor([t.startswith("##") for t in tokens])  # per id: a "##" piece
         self._special_re = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
         # The longest word-initial and "##" pieces bound WordPiece's longest-match search.
         self._max_first = max(len(t) for t in tokens if not t.startswith("##"))
@@ -407,6 +408,59 @@ def toy_corpus(cache_dir=None, seed=0):
     return final
 
 
+def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
+    """Sentence-embedding test sets from the toy grammar (RetroMAE's probes), BEIR and STS layout."""
+    grammar, topics = _ToyGrammar(rng), list(TOPICS)
+    # Retrieval: short documents of one topic; a query is one sentence of a document (kept in it:
+    # toy documents share nothing else, so a removed sentence would leave no trace of its source).
+    # Relevance 2 = the source document, 1 = another document of the same topic.
+    (out / "retrieval" / "qrels").mkdir(parents=True)
+    docs = []
+    for _ in range(n_docs):
+        topic, past = rng.choice(topics), rng.random() < 0.3
+        docs.append((topic, [grammar.sentence(topic, past) for _ in range(rng.randint(2, 4))]))
+    corpus = [json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(sents)}) for i, (_, sents) in enumerate(docs)]
+    queries, qrels = [], ["query-id\tcorpus-id\tscore"]
+    for q in range(n_queries):
+        source = rng.randrange(n_docs)
+        topic, sents = docs[source]
+        queries.append(json.dumps({"_id": f"q{q}", "text": rng.choice(sents)}))
+        qrels += [f"q{q}\td{i}\t{2 if i == source else 1}" for i, (t, _) in enumerate(docs) if t == topic]
+    for name, lines in (("corpus.jsonl", corpus), ("queries.jsonl", queries), ("qrels/test.tsv", qrels)):
+        (out / "retrieval" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # Similarity (STS layout): two-sentence texts; the score counts the second text's sentences
+    # that are about the first text's topic (0, 1 or 2).
+    rows = ["sentence1\tsentence2\tscore"]
+    for _ in range(n_sts):
+        t1, score = rng.choice(topics), rng.randint(0, 2)
+        others = [t for t in topics if t != t1]
+        s1 = " ".join(grammar.sentence(t1, rng.random() < 0.3) for _ in range(2))
+        s2 = " ".join(grammar.sentence(t1 if j < score else rng.choice(others), rng.random() < 0.3) for j in range(2))
+        rows.append(f"{s1}\t{s2}\t{score}")
+    (out / "sts.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def toy_sentence_eval(cache_dir=None, seed=0):
+    """Directory with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and
+    sts.tsv (sentence1, sentence2, score), generated from the toy grammar with a random stream of
+    its own (the toy corpus and its numbers are untouched), published atomically."""
+    root = Path(cache_dir or default_cache_dir())
+    final = root / f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}"
+    if final.is_dir():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".toy-eval-", dir=root))
+    try:
+        _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}"))
+        os.rename(tmp, final)
+    except OSError:
+        if not final.is_dir():  # a concurrent process that won the race is fine
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 # ----------------------------------------------------------------------------- corpora
 
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
@@ -600,25 +654,112 @@ def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
     chosen with probability p; of those 80% -> [MASK], 10% -> a random non-special token,
     10% kept. Returns new int64 (inputs, labels), labels -100 where nothing is predicted.
     Random numbers come only from `generator`, drawn on its device and then moved."""
-    device = input_ids.device
-    rand_device = generator.device if generator is not None else torch.device("cpu")
     input_ids = input_ids.long()
-    special = torch.tensor(tokenizer.special_ids, device=device)
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids, device=input_ids.device))
+    selected = (_rand(generator, input_ids.device, *input_ids.shape) < mlm_probability) & ~special
+    return mask_selected(input_ids, selected, tokenizer, generator)
+
+
+def mask_selected(input_ids, selected, tokenizer, generator=None):
+    """BERT's 80/10/10 at the `selected` (B, T) positions -> int64 (inputs, labels): 80% become
+    [MASK], 10% a random non-special token, 10% stay; labels -100 where not selected."""
+    device = input_ids.device
+    input_ids = input_ids.long()
     normal = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
     normal[tokenizer.special_ids] = False
     normal_ids = normal.nonzero().squeeze(1).to(device)  # allowed random replacements
-
-    def rand():
-        return torch.rand(input_ids.shape, generator=generator, device=rand_device).to(device)
-
-    selected = (rand() < mlm_probability) & ~torch.isin(input_ids, special)
-    action = rand()
-    pick = torch.randint(len(normal_ids), input_ids.shape, generator=generator, device=rand_device)
+    action = _rand(generator, device, *input_ids.shape)
+    where = generator.device if generator is not None else torch.device("cpu")
+    pick = torch.randint(len(normal_ids), input_ids.shape, generator=generator, device=where)
     labels = torch.where(selected, input_ids, -100)
     inputs = torch.where(selected & (action < 0.8), tokenizer.mask_id, input_ids)
     randomize = selected & (action >= 0.8) & (action < 0.9)
     inputs = torch.where(randomize, normal_ids[pick.to(device)], inputs)
     return inputs, labels
+
+
+def _rand(generator, device, *shape):
+    """Uniform [0, 1) numbers drawn on the generator's device (CPU without one), moved to `device`."""
+    where = generator.device if generator is not None else torch.device("cpu")
+    return torch.rand(*shape, generator=generator, device=where).to(device)
+
+
+def whole_word_mask(input_ids, tokenizer, probability, generator=None, n=1):
+    """Whole-word masking as Hugging Face's DataCollatorForWholeWordMask chooses (RetroMAE's
+    encoder and decoder masks): n independent masks per sequence -> (B, n, T) bool, True = chosen.
+
+    A word is a piece plus the "##" pieces after it (a "##" right after a mid-block [SEP] joins
+    the word before the [SEP], as in HF); special tokens are never chosen. k = round(L * p)
+    (at least 1, at most 512) with L the non-padding length, specials included. Words are
+    visited in a random order (the argsort of one uniform draw per position, (B*n, T)); a word
+    is taken if it still fits in k, skipped if it would overflow, until k tokens are chosen.
+    Vectorised: the first prefix of the order that fits is taken at once, then each round jumps
+    to the next word that fits the budget left; the budget shrinks every round, so there are at
+    most (longest word) rounds.
+    """
+    ids = input_ids.long()
+    B, T = ids.shape
+    device = ids.device
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids, device=device))
+    candidate = ~special
+    cont = tokenizer.is_continuation.to(device)[ids] & candidate
+    after_word = (candidate.long().cumsum(1) - candidate.long()) > 0  # a candidate lies before it
+    start = candidate & ~(cont & after_word)  # the first piece of a word
+    pos = torch.arange(T, device=device)
+    word = torch.where(start, pos, -1).cummax(1).values.clamp(min=0)  # (B, T) its word's first piece
+    length = torch.zeros(B, T, dtype=torch.long, device=device).scatter_add_(1, word, candidate.long())
+    real = (ids != tokenizer.pad_id).sum(1).double()
+    k = (real * probability).round().clamp(1, 512).long()  # Python's round(): half to even
+
+    start, word, length, k = (t.repeat_interleave(n, 0) for t in (start, word, length, k))  # (B*n, ...)
+    key = torch.where(start, _rand(generator, device, B * n, T), 2.0)  # word starts first, shuffled
+    order = key.argsort(1)  # (B*n, T)
+    size = torch.where(start, length, T + 1).gather(1, order)  # word lengths in visiting order; never-fitting tail
+    taken = torch.zeros(B * n, T, dtype=torch.bool, device=device)
+    left, ptr = k, torch.zeros(B * n, dtype=torch.long, device=device)
+    rows = torch.arange(B * n, device=device)  # rows where another word may still fit
+    while rows.numel():
+        s, l = size[rows], left[rows]
+        fits = (pos >= ptr[rows, None]) & (s <= l[:, None])
+        go = fits.any(1)
+        rows, s, l, fits = rows[go], s[go], l[go], fits[go]
+        first = fits.long().argmax(1)  # the next word that fits
+        rest = pos >= first[:, None]
+        take = rest & ((s * rest).cumsum(1) <= l[:, None])  # the longest prefix from it that fits
+        taken[rows] |= take
+        left[rows] = l - (s * take).sum(1)
+        ptr[rows] = first + take.sum(1)  # the word that overflowed: skipped
+    chosen_word = torch.zeros_like(taken).scatter_(1, order, taken)  # back to positions of first pieces
+    chosen = chosen_word.gather(1, word) & candidate.repeat_interleave(n, 0)
+    return chosen.view(B, n, T)
+
+
+def decoder_visible(input_ids, tokenizer, probability, generator=None, pool=256):
+    """RetroMAE's enhanced-decoding attention matrix -> (B, T, T) bool, True = row i may see key j.
+    A pool of min(T, pool) whole-word masks at `probability` is drawn per sequence; each row picks
+    one (uniformly, with replacement), hides its own position too, and sees everything else
+    except padding. [CLS] (key 0, the sentence embedding) is special, so always visible to the
+    other rows."""
+    ids = input_ids.long()
+    B, T = ids.shape
+    masks = whole_word_mask(ids, tokenizer, probability, generator, n=min(T, pool))  # (B, M, T)
+    where = generator.device if generator is not None else torch.device("cpu")
+    pick = torch.randint(masks.size(1), (B, T), generator=generator, device=where).to(ids.device)
+    hidden = masks[torch.arange(B, device=ids.device)[:, None], pick]  # (B, T, T): row i's mask
+    hidden |= torch.eye(T, dtype=torch.bool, device=ids.device)  # a row never sees its own token
+    return ~hidden & (ids != tokenizer.pad_id)[:, None, :]
+
+
+def retromae_batch(input_ids, tokenizer, enc_probability=0.3, dec_probability=0.5, generator=None, pool=256):
+    """One RetroMAE batch -> (inputs, labels, visible, dec_labels): the encoder's whole-word-masked
+    input and its MLM labels; the decoder's (B, T, T) visibility over the *unmasked* ids and its
+    labels, every non-special token (RetroMAE's collator, staoxiao/RetroMAE src/pretrain/data.py)."""
+    ids = input_ids.long()
+    selected = whole_word_mask(ids, tokenizer, enc_probability, generator)[:, 0]
+    inputs, labels = mask_selected(ids, selected, tokenizer, generator)
+    visible = decoder_visible(ids, tokenizer, dec_probability, generator, pool)
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids, device=ids.device))
+    return inputs, labels, visible, torch.where(special, -100, ids)
 
 
 # ----------------------------------------------------------------------------- command line

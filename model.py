@@ -3,6 +3,7 @@
     Bert                            embeddings -> L post-LayerNorm Transformer blocks
     BertForPreTraining              Bert + MLM head tied to the word embeddings
     BertForSequenceClassification   Bert + pooler ([CLS] -> dense -> tanh) + classifier
+    RetroMAEForPreTraining          BertForPreTraining + RetroMAE's one-layer decoder
 
 `Bert.forward` returns the last hidden states h *and* the embedding-layer output e,
 because TACO's token-alignment loss works on g = h - e (see taco.py).
@@ -105,7 +106,8 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused q/k/v projection."""
+    """Multi-head self-attention with one fused q/k/v projection; given a `context`, cross-attention
+    (queries from x, keys and values from the context: RetroMAE's decoder)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -116,11 +118,15 @@ class SelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.attn_dropout = cfg.attention_probs_dropout_prob
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, context=None):
         B, T, H = x.shape
-        q, k, v = self.qkv(x).split(H, dim=2)  # 3 x (B, T, H)
-        q, k, v = (t.view(B, T, self.n_head, H // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))  # (B, nh, T, hs)
+        if context is None:
+            q, k, v = self.qkv(x).split(H, dim=2)  # 3 x (B, T, H)
+        else:  # the same three projections, the query one on x, the key/value ones on the context
+            (wq, wkv), (bq, bkv) = self.qkv.weight.split([H, 2 * H]), self.qkv.bias.split([H, 2 * H])
+            q, (k, v) = F.linear(x, wq, bq), F.linear(context, wkv, bkv).split(H, dim=2)  # (B, S, H) each
+        q, k, v = (t.view(B, -1, self.n_head, H // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))  # (B, nh, T or S, hs)
         # A boolean mask (True = may attend) never overflows in fp16, unlike the additive
         # -10000 of the original code; mask=None lets SDPA pick its fastest kernel.
         y = attention(q, k, v, mask, self.attn_dropout if self.training else 0.0)  # (B, nh, T, hs)
@@ -149,8 +155,8 @@ class Block(nn.Module):
         self.mlp_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x, mask=None):
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask)))
+    def forward(self, x, mask=None, context=None):
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, context)))
         return self.mlp_norm(x + self.dropout(self.mlp(x)))
 
 
@@ -266,6 +272,43 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
         h, e = self.bert(input_ids, attention_mask, token_type_ids)
         rows = h if labels is None else h[labels != -100]  # (n, H)
         return self.mlm(rows), h, e
+
+
+class RetroMAEForPreTraining(BertForPreTraining):
+    """RetroMAE (Xiao et al., EMNLP 2022): encoder + MLM head + a one-layer decoder that rebuilds
+    the text from the sentence embedding, the encoder's last-layer [CLS] state h_X.
+
+    The decoder is one more BERT layer (`Block`) in cross-attention ("enhanced decoding"):
+        query stream    H1_i = p_i + h_X         raw position embeddings, no LayerNorm
+        content stream  H2   = [h_X, Emb(x_1), ..., Emb(x_N)]   the encoder's embedding module on
+                               the *unmasked* ids, its [CLS] slot replaced by h_X
+        attention       row i sees the keys that `visible` allows (its own position never)
+        residual on the query stream, then the MLP; the MLM head (tied) is shared.
+    The decoder is trained and checkpointed with the rest; `save_pretrained` exports only the
+    encoder + MLM head (a BertForMaskedLM), as the official code does.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)  # the encoder is initialised exactly as BertForPreTraining's
+        self.decoder = Block(config)
+        self.decoder.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None,
+                dec_ids=None, dec_visible=None, dec_labels=None):
+        """-> (logits, h, e) as BertForPreTraining without `dec_ids`; with them
+        (enc_logits, dec_logits, h, e), the decoder's logits only where dec_labels != -100."""
+        logits, h, e = super().forward(input_ids, labels, attention_mask, token_type_ids)
+        if dec_ids is None:
+            return logits, h, e
+        d = self.decode(h[:, :1], dec_ids, dec_visible)  # (B, T, H): only [CLS] crosses over
+        return logits, self.mlm(d if dec_labels is None else d[dec_labels != -100]), h, e
+
+    def decode(self, cls, ids, visible):
+        """cls: (B, 1, H) sentence embedding; ids: (B, T) unmasked; visible: (B, T, T) bool."""
+        T = ids.size(1)
+        query = self.bert.embeddings.position.weight[:T] + cls  # (B, T, H)
+        content = torch.cat([cls, self.bert.embeddings(ids)[:, 1:]], dim=1)  # (B, T, H)
+        return self.decoder(query, visible[:, None], context=content)  # mask (B, 1, T, T)
 
 
 class BertForSequenceClassification(PretrainedMixin, nn.Module):

@@ -15,6 +15,11 @@ and the step ratio at which each objective first reaches MLM's final fine-tuned 
     python study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
         --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
     python study.py --tacl          # TaCL's miniature: MLM, then TaCL vs more MLM from it (docs/tacl.md)
+    python study.py --retromae --out runs/retromae_study     # MLM vs TACO vs RetroMAE from one MLM init
+
+The --retromae mode (docs/retromae.md) pre-trains MLM for --steps, continues mlm, taco and
+retromae from it for --continue_steps each, and measures the [CLS] vector as a sentence
+embedding (toy retrieval and similarity) next to the contextual score and fine-tuning.
 """
 import argparse
 import contextlib
@@ -34,7 +39,7 @@ import cli
 import finetune
 import taco
 from cli import float_range, int_range
-from data import load_tokenizer, toy_corpus
+from data import load_tokenizer, toy_corpus, toy_sentence_eval
 from model import BertConfig, BertForPreTraining
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,6 +52,7 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
     "taco_frozen": ["--objective", "taco", "--freeze_embeddings"],
     "mlm_untied": ["--objective", "mlm", "--untie_embeddings"],  # Appendix B
     "taco_untied": ["--objective", "taco", "--untie_embeddings"],
+    "retromae": ["--objective", "retromae"],  # whole-word MLM at 30% + RetroMAE's decoder loss
 }
 
 
@@ -303,6 +309,56 @@ def plot(rows, path):
     print(f"plot: {path}")
 
 
+# ----------------------------------------------------------------------------- the RetroMAE miniature
+
+RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
+
+
+def retromae_study(args, pairs, device):
+    """Stage 0: MLM for --steps. Then mlm, taco and retromae continue from its final weights for
+    --continue_steps each (new optimizer and schedule, as RetroMAE continues bert-base); the init
+    and every final encoder are measured alike -> rows."""
+    seed = args.seed[0]
+    os.makedirs(os.path.join(args.out, "stage0"), exist_ok=True)
+    stage0 = pretrain("mlm", args, seed, os.path.join(args.out, "stage0"))
+    cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps,
+                                 "taco_args": f"{args.taco_args} --init {shlex.quote(stage0)}"})
+    runs = {name: pretrain(name, cont, seed, args.out) for name in RETROMAE_VARIANTS}
+    tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
+    evalset = toy_sentence_eval(args.cache_dir)
+    sts = analyze.read_sts(os.path.join(evalset, "sts.tsv"))
+    cfg = cli.read_json(os.path.join(stage0, "config.json"))["args"]
+    batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
+    ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
+    rows = []
+    for name, run in [("init (MLM stage 0)", stage0)] + list(runs.items()):
+        encoder, _, _, _ = analyze.load_encoder(taco.latest_checkpoint(run))
+        steps = args.steps + (0 if run == stage0 else args.continue_steps)
+        ret = analyze.cls_retrieval(encoder, tok, os.path.join(evalset, "retrieval"), "dot")
+        res = analyze.analyze(encoder, tok, batches, pairs)
+        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
+        scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []
+        rows.append({"variant": name, "step": steps, **{k: ret[k] for k in ("ndcg@10", "mrr@10", "recall@100")},
+                     "sts_spearman": analyze.sentence_similarity(encoder, tok, sts)["spearman"],
+                     "ctx_score": res["context"]["cosine"]["score"], "wordsim_spearman": res["wordsim"]["spearman"],
+                     "ft_scores": scores, "ft_mean": float(np.mean(scores)) if scores else None,
+                     "ft_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0})
+        r = rows[-1]
+        print(f"  {name}: nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}, ctx {r['ctx_score']:.3f}"
+              + (f", fine-tuned {100 * r['ft_mean']:.1f}" if scores else ""), flush=True)
+    return rows
+
+
+def format_retromae_table(rows):
+    lines = ["| objective | steps | retrieval nDCG@10 | MRR@10 | Recall@100 | STS ρ | ctx score | wordsim ρ "
+             "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 9]
+    for r in rows:
+        ft = "–" if r["ft_mean"] is None else f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}"
+        lines.append(f"| {r['variant']} | {r['step']} | {r['ndcg@10']:.3f} | {r['mrr@10']:.3f} | {r['recall@100']:.3f} | "
+                     f"{r['sts_spearman']:.3f} | {r['ctx_score']:.3f} | {r['wordsim_spearman']:.3f} | {ft} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = cli.ArgumentParser(description="Pre-train several objectives alike; measure every checkpoint.",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -310,7 +366,10 @@ def main(argv=None):
     p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
     p.add_argument("--tacl", action="store_true", help="TaCL's miniature instead of --variants: MLM for --steps, "
                    "then --continue_steps of tacl and of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
-    p.add_argument("--continue_steps", type=int_range(1), default=600, help="--tacl: steps of each continuation")
+    p.add_argument("--retromae", action="store_true", help="RetroMAE's miniature instead: MLM for --steps, then "
+                   "mlm, taco and retromae continued from it for --continue_steps (--variants ignored)")
+    p.add_argument("--continue_steps", type=int_range(1), default=600,
+                   help="--tacl / --retromae: steps of each continuation")
     # pre-training: None = taco.py's default for --size
     p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
     p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
@@ -365,6 +424,11 @@ def main(argv=None):
                 raise taco.UsageError("--tacl runs one pre-training seed: pass one --seed")
             os.makedirs(args.out, exist_ok=True)
             return tacl_study(args, pairs, device, t0)
+        if args.retromae:
+            if len(args.seed) > 1:
+                raise taco.UsageError("--retromae runs one pre-training seed: pass one --seed")
+            os.makedirs(args.out, exist_ok=True)
+            return finish_retromae(args, retromae_study(args, pairs, device), t0)
         rows, wall, ft, init_rows = [], {}, None, {}
         for seed in args.seed:
             t_seed = time.time()
@@ -439,6 +503,17 @@ def tacl_study(args, pairs, device, t0):
     print(table)
     analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
     print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
+    return rows
+
+
+def finish_retromae(args, rows, t0):
+    """study.json, table.md and the printed table of the --retromae mode."""
+    table = format_retromae_table(rows)
+    wall = {"total_s": round(time.time() - t0)}
+    cli.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    cli.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    print(table)
+    print(f"wall time: {wall['total_s']} s")
     return rows
 
 

@@ -27,6 +27,7 @@ import sys
 import time
 import warnings
 from dataclasses import asdict
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -37,8 +38,8 @@ from tqdm import tqdm
 
 import cli
 from cli import UsageError, float_range, int_range
-from data import load_tokenizer, make_blocks, mask_tokens, token_cache_path, tokenize_corpus
-from model import SIZES, Bert, BertConfig, BertForPreTraining
+from data import load_tokenizer, make_blocks, mask_tokens, retromae_batch, token_cache_path, tokenize_corpus
+from model import SIZES, Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 
 
 # ----------------------------------------------------------------------------- the TC loss (the paper's Sec. 3)
@@ -229,6 +230,33 @@ def tacl_teacher_loss(teacher, ids, student_h, anchors, temperature):
     return tacl_loss(student_h, teacher_h, anchors, temperature)
 
 
+# ----------------------------------------------------------------------------- RetroMAE's decoder loss
+
+class DecoderInputs(NamedTuple):
+    """RetroMAE's decoder batch: the unmasked ids, the (B, T, T) visibility, the labels."""
+    ids: torch.Tensor
+    visible: torch.Tensor
+    labels: torch.Tensor
+
+    def to(self, device, non_blocking=False):
+        return DecoderInputs(*(t.to(device, non_blocking=non_blocking) for t in self))
+
+
+def retromae_loss(model, inputs, labels, dec, decoder_weight=1.0):
+    """RetroMAE (Xiao et al. 2022): L = L_enc + L_dec -> (loss, L_enc, L_dec).
+
+    L_enc: MLM of the encoder on its whole-word-masked input (the encoding task);
+    L_dec: the one-layer decoder rebuilds every non-special token of the unmasked text from
+    the [CLS] state and the keys its row may see (enhanced decoding); both are mean
+    cross-entropies of the shared MLM head. The decoder's logits are computed only at its labels.
+    """
+    enc_logits, dec_logits, _, _ = model(inputs, labels=labels, dec_ids=dec.ids, dec_visible=dec.visible,
+                                         dec_labels=dec.labels)
+    enc = F.cross_entropy(enc_logits.float(), labels[labels != -100])
+    rebuild = F.cross_entropy(dec_logits.float(), dec.labels[dec.labels != -100])
+    return enc + decoder_weight * rebuild, enc, rebuild
+
+
 # ----------------------------------------------------------------------------- the contextual score
 
 def document_segments(ids, sep_id):
@@ -335,8 +363,9 @@ def get_args(argv=None):
     p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
     # model and objective
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
-    p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl"],
-                   help="taco = MLM + TC; mlm = the baseline; tacl = MLM + TaCL (Su et al. 2022; needs --init)")
+    p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl", "retromae"],
+                   help="taco = MLM + TC; mlm = the baseline; tacl = MLM + TaCL (Su et al. 2022; needs --init); "
+                   "retromae = whole-word MLM + RetroMAE's decoder loss (Xiao et al. 2022)")
     p.add_argument("--tc_weight", type=float_range(0), default=1.0, help="lambda in loss = MLM + lambda * TC (or TaCL)")
     p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
                    help="anchors of the TC loss: every real token, or only masked / unmasked ones")
@@ -352,12 +381,18 @@ def get_args(argv=None):
                    "(the same numbers, slower, more memory) instead of taco.SampledCosines")
     p.add_argument("--teacher_dropout", default="on", choices=["on", "off"],
                    help="tacl: dropout in the frozen teacher; on as in the official code (yxuansu/TaCL#11)")
-    p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=0.15,
-                   help="fraction of tokens masked")
+    p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=None,
+                   help="fraction of tokens masked (default 0.15; 0.3 for retromae, whole words)")
     p.add_argument("--predict_all", action="store_true", help="MLM+TP ablation: add a token-prediction loss, "
                    "the mean over the unmasked tokens, to MLM's mean over the masked ones")
     p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
                    "Hugging Face directory (weights only: new optimizer and schedule; the model size is the init's)")
+    # RetroMAE (--objective retromae)
+    p.add_argument("--decoder_mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=0.5,
+                   help="retromae: fraction of tokens (whole words) each decoder row cannot see")
+    p.add_argument("--decoder_pool", type=int_range(1, 512), default=256,
+                   help="retromae: whole-word masks drawn per sequence; each decoder row picks one")
+    p.add_argument("--decoder_weight", type=float_range(0), default=1.0, help="retromae: loss = L_enc + w * L_dec")
     p.add_argument("--freeze_embeddings", action="store_true",
                    help="keep the whole embedding layer (word, position, type, LayerNorm) at its init: "
                    "random, or with --init trained (the paper's Fig. 4)")
@@ -402,6 +437,8 @@ def get_args(argv=None):
     recipe = RECIPES[args.size]
     if args.temperature is None:
         args.temperature = 0.01 if args.objective == "tacl" else 0.07
+    if args.mlm_probability is None:  # RetroMAE's encoder masks 30% (its arguments.py), whole words
+        args.mlm_probability = 0.3 if args.objective == "retromae" else 0.15
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
     for k, v in recipe.items():
@@ -421,6 +458,9 @@ def check_args(args, world_size):
     check_tacl_args(args)
     if args.warmup > args.steps:
         raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
+    if args.objective == "retromae" and (args.predict_all or args.tc_positions != "all"):
+        raise UsageError("--predict_all and --tc_positions are MLM/TACO ablations; retromae's decoder "
+                         "already predicts every token and it has no TC loss")
     if args.batch_size % world_size:
         raise UsageError(f"--batch_size {args.batch_size} is not divisible by the {world_size} processes")
     per_rank = args.batch_size // world_size
@@ -661,8 +701,12 @@ def masked_batch(ids, tok, args, generator):
 
     labels: the MLM targets (masked tokens; -100 elsewhere). tp_labels: with --predict_all (the
     MLM+TP ablation) the targets of the extra token-prediction loss, every other non-special
-    token; else None.
+    token; else None. For retromae the last item is the decoder's batch (DecoderInputs).
     """
+    if args.objective == "retromae":
+        inputs, labels, visible, dec_labels = retromae_batch(ids, tok, args.mlm_probability, args.decoder_mlm_probability,
+                                                             generator, args.decoder_pool)
+        return inputs, labels, None, DecoderInputs(ids.long(), visible, dec_labels)
     inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
     masked = labels != -100
     tp_labels = None
@@ -679,7 +723,11 @@ def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None
 
     With tp_labels (--predict_all), the MLM+TP ablation adds a token-prediction loss, the mean
     over the unmasked tokens, to MLM's mean over the masked ones: loss = MLM + TP (+ lambda TC).
+    retromae: (L_enc + L_dec, L_enc, L_dec, 0), `anchors` being its DecoderInputs.
     """
+    if args.objective == "retromae":
+        loss, enc, dec = retromae_loss(model, inputs, labels, anchors, args.decoder_weight)
+        return loss, enc, dec, torch.zeros_like(loss)
     targets = labels if tp_labels is None else torch.where(labels != -100, labels, tp_labels)
     logits, h, e = model(inputs, labels=targets)  # logits only at rows with a target, in order
     ce = F.cross_entropy(logits.float(), targets[targets != -100], reduction="none")
@@ -771,11 +819,15 @@ def train(args, cleanup):
     autocast = (contextlib.nullcontext() if dtype == "fp32" else
                 torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16))
     torch.manual_seed(args.seed)  # the same init on every rank
-    raw = BertForPreTraining(cfg).to(device)
+    raw = (RetroMAEForPreTraining if args.objective == "retromae" else BertForPreTraining)(cfg).to(device)
     if args.init and not resuming:
         if cfg.tie_word_embeddings:  # one shared matrix: the input embeddings (an untied init's decoder is dropped)
             init_state = {**init_state, "mlm.decoder.weight": init_state["bert.embeddings.word.weight"]}
-        raw.load_state_dict(init_state)
+        # RetroMAE's decoder continues if the init has one and is fresh (seeded) if not; dropped for other objectives
+        missing, unexpected = raw.load_state_dict(init_state, strict=False)
+        stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
+        if stray:
+            raise UsageError(f"--init {args.init} does not fit the model: {', '.join(stray[:4])}")
     if args.freeze_embeddings:
         # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
         # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
