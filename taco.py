@@ -594,8 +594,8 @@ def find_weights(spec):
     if not os.path.exists(spec):
         raise UsageError(f"{spec} does not exist: pass a taco run directory, a checkpoint file "
                          f"or a Hugging Face model directory")
-    if os.path.isfile(spec):
-        return spec, False
+    if not os.path.isdir(spec):
+        return cli.regular_file(spec, "checkpoint"), False
     source = latest_checkpoint(spec)
     if source is not None:
         return source, False
