@@ -16,17 +16,17 @@ For distances the score is inter - intra, so for every metric a positive score m
 tokens of one context are closer to each other than to tokens of other contexts.
 """
 import argparse
-import json
 import math
 import os
-import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data import DataError, load_tokenizer, make_blocks, tokenize_corpus, toy_corpus
-from finetune import FinetuneError, load_pretrained, spearman
+import cli
+from cli import int_range
+from data import load_tokenizer, make_blocks, tokenize_corpus, toy_corpus
+from finetune import load_pretrained, spearman
 from model import Bert
 from taco import UsageError, context_groups, pair_sums
 
@@ -101,8 +101,9 @@ def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None)
 def read_pairs(path):
     """[(word1, word2, score)] of a WordSim353-format file: `word1<TAB>word2<TAB>score`,
     '#' comments and blank lines ignored; a first line without a numeric score is a header."""
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise UsageError(f"word-pair file {path} not found: pass a WordSim353-format file (word1<TAB>word2<TAB>score)")
+    cli.regular_file(path, "word-pair file")
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -180,8 +181,7 @@ def load_encoder(spec):
     if os.path.isfile(source):
         cfg = os.path.join(os.path.dirname(source), "config.json")
         if os.path.isfile(cfg):
-            with open(cfg) as f:
-                run_args = json.load(f).get("args", {})
+            run_args = cli.read_json(cfg).get("args", {})
     return encoder.eval(), load_tokenizer(vocab), run_args, source
 
 
@@ -208,32 +208,32 @@ def format_report(result):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Contextual score and word similarity of a checkpoint.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.ArgumentParser(description="Contextual score and word similarity of a checkpoint.",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), "
                    "checkpoint file, or Hugging Face BERT directory with vocab.txt")
     p.add_argument("--data", default=None, help="text for the contextual score (as taco.py --data); "
                    "default: the run's own --data, else toy")
-    p.add_argument("--max_len", type=int, default=None, help="block length; default: the run's, else 128")
-    p.add_argument("--eval_blocks", type=int, default=64, help="held-out blocks: the corpus's last ones, as in taco.py")
-    p.add_argument("--batch_size", type=int, default=32, help="blocks per batch; 'inter' pairs come from one batch")
+    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="block length; default: the run's, else 128")
+    p.add_argument("--eval_blocks", type=int_range(2), default=64,
+                   help="held-out blocks: the corpus's last ones, as in taco.py")
+    p.add_argument("--batch_size", type=int_range(2), default=32,
+                   help="blocks per batch; 'inter' pairs come from one batch")
     p.add_argument("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
     p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
                    "or toy: the toy corpus's wordsim.txt")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = p.parse_args(argv)
-    try:
+    with cli.errors():
         metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:
             raise UsageError(f"unknown metric {', '.join(bad) or repr(args.metrics)}; choose from {', '.join(METRICS)}")
-        if args.eval_blocks < 2 or args.batch_size < 2:
-            raise UsageError("--eval_blocks and --batch_size must be >= 2: 'inter' pairs need two blocks in a batch")
         pairs_file = os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs
         pairs = read_pairs(pairs_file)  # every user mistake is caught before the model runs
-        if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-            raise UsageError(f"--json {args.json}: its folder does not exist")
+        if args.json:
+            cli.output_path(args.json, "--json", folder=False)
         encoder, tok, run_args, source = load_encoder(args.model)
         wordsim = word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)
         if wordsim["used"] == 0:
@@ -249,17 +249,11 @@ def main(argv=None):
                              f"pass more text or a smaller --max_len")
         result = {"model": source, "data": data, "max_len": max_len, "blocks": sum(len(b) for b in batches),
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
-    except (UsageError, DataError, FinetuneError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    print(f"{source}: {result['blocks']} held-out blocks of {max_len} from {data}")
-    print(format_report(result))
-    if args.json:
-        tmp = f"{args.json}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=2)
-        os.replace(tmp, args.json)  # all or nothing
-    return result
+        print(f"{source}: {result['blocks']} held-out blocks of {max_len} from {data}")
+        print(format_report(result))
+        if args.json:
+            cli.write_json(args.json, result)  # all or nothing
+        return result
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from types import SimpleNamespace
 
 import torch
 
+import cli
+from cli import float_range, int_range
 from data import mask_tokens
 from model import SIZES, BertConfig, BertForPreTraining
 from taco import compute_loss, configure_optimizer, similarity_route, tc_loss
@@ -45,28 +47,29 @@ PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "GH200": 989e12, "B
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", default="small", choices=list(SIZES), help="model size (default: small)")
-    p.add_argument("--batch_size", type=int, default=16, help="sequences per step (default: 16)")
-    p.add_argument("--max_len", type=int, default=128, help="tokens per sequence (default: 128)")
+    p.add_argument("--batch_size", type=int_range(1), default=16, help="sequences per step (default: 16)")
+    p.add_argument("--max_len", type=int_range(8, 512), default=128, help="tokens per sequence (default: 128)")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per variant (default: 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per variant first (default: 2)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--steps", type=int_range(1), default=10, help="timed steps per variant (default: 10)")
+    p.add_argument("--warmup", type=int_range(0), default=2, help="untimed steps per variant first (default: 2)")
+    p.add_argument("--threads", type=int_range(1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the default "
                    + ",".join(VARIANTS))
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="measure peak memory; on CPU in one fresh process per variant (default: on)")
-    p.add_argument("--peak_tflops", type=float, default=None,
+    p.add_argument("--peak_tflops", type=float_range(0, lo_open=True), default=None,
                    help="the device's dense bf16 TFLOP/s for MFU (default: looked up by GPU name)")
     p.add_argument("--profile", action="store_true",
                    help="also print torch.profiler's top operations of one step of each variant")
     p.add_argument("--probe", default=None, help="internal: print one variant's memory and exit")
     args = p.parse_args(argv)
-    args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    with cli.errors():
+        args.device = cli.device(args.device)
     args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" else "fp32")
     args.variants = args.variants.split(",")
     if unknown := set(args.variants) - set(VARIANTS):
@@ -198,6 +201,12 @@ def device_name(device):
 
 def main(argv=None):
     args = get_args(argv)
+    with cli.errors():  # Ctrl-C: one line, no traceback
+        measure(args, argv)
+
+
+def measure(args, argv):
+    """Time (and size) every variant; print the table and the machine-readable lines."""
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = BertConfig.from_size(args.size)

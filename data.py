@@ -6,7 +6,6 @@ token array, packing into fixed-length blocks, and dynamic MLM masking.
     python data.py --data toy --vocab toy                 # build and cache the toy corpus
     python data.py --bench big.txt --vocab path/to/vocab.txt   # speed vs Hugging Face
 """
-import argparse
 import hashlib
 import json
 import os
@@ -21,6 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+import cli
+from cli import int_range
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -38,7 +40,7 @@ SOURCES = {
 TOKENS_FORMAT = 1  # bump when the cached token-array layout changes
 
 
-class DataError(ValueError):
+class DataError(cli.UsageError):
     """A user mistake (bad path, file or vocab); the one-line message says how to fix it."""
 
 
@@ -79,13 +81,14 @@ class WordPieceTokenizer:
 
     def __init__(self, vocab_file, do_lower_case=True):
         path = Path(vocab_file)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise DataError(f"vocab file {path} not found: pass a vocab.txt (one token per line)")
-        try:
-            text = path.read_text(encoding="utf-8")
+        cli.regular_file(path, "vocab file")
+        try:  # utf-8-sig: a byte-order mark left by an editor is not part of the first token
+            text = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError:
             raise DataError(f"vocab file {path} is not UTF-8: pass a BERT-style vocab.txt") from None
-        tokens = text.split("\n")
+        tokens = text.replace("\r\n", "\n").split("\n")  # Windows line ends too
         if tokens[-1] == "":
             tokens.pop()
         if not tokens:
@@ -413,7 +416,7 @@ def _read_documents(path):
     """Documents of a local text file: blank-line-separated paragraph groups, or one per
     line if the file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the
     tokenizer drops) with one warning per file; NUL bytes mean binary and are refused."""
-    raw = path.read_bytes()
+    raw = Path(cli.regular_file(path, "data file")).read_bytes()
     if b"\x00" in raw[:8192]:
         raise DataError(f"{path} looks binary (NUL bytes): pass UTF-8 text files")
     text = raw.decode("utf-8", errors="replace")
@@ -440,9 +443,9 @@ def _resolve(data_spec, cache_dir):
             files = sorted(path.glob("*.txt"))
             if not files:
                 raise DataError(f"folder {path} has no *.txt files: put text files in it")
-            parts += [("file", f) for f in files]
-        elif path.is_file():
-            parts.append(("file", path))
+            parts += [("file", Path(cli.regular_file(f, "data file"))) for f in files]
+        elif os.path.lexists(path):  # a file, or a FIFO / symlink loop: say which
+            parts.append(("file", Path(cli.regular_file(path, "data file"))))
         else:
             raise DataError(f"unknown data source {name!r}: use {', '.join(SOURCES)}, a file or a folder")
     if not parts:
@@ -573,6 +576,8 @@ class Blocks:
 
     def split(self, at):
         """(blocks[:at], blocks[at:]) as Blocks over the same tokens (the held-out tail)."""
+        if not 0 <= at <= self.count:
+            raise IndexError(f"split point {at} outside [0, {self.count}]")
         head = Blocks(self.tokens, self.max_len, self.cls_id, self.sep_id, self.first, at)
         return head, Blocks(self.tokens, self.max_len, self.cls_id, self.sep_id, self.first + at, self.count - at)
 
@@ -666,29 +671,27 @@ def bench(path, vocab_spec, repeats=3):
         print(f"  taco / {name}: {speed['taco'] / speed[name]:.2f}x")
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+def main(argv=None):
+    p = cli.ArgumentParser(description=__doc__.strip().splitlines()[0])
     p.add_argument("--data", default=None, help="comma-separated sources: toy, "
                    f"{', '.join(s for s in SOURCES if s != 'toy')}, text files or folders")
     p.add_argument("--vocab", default="bert-base-uncased",
                    help="toy, a vocab.txt, a folder with one, or a hub model id")
-    p.add_argument("--max_len", type=int, default=128, help="block length to report for --data")
-    p.add_argument("--num_proc", type=int, default=None, help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
+    p.add_argument("--max_len", type=int_range(8, 512), default=128, help="block length to report for --data")
+    p.add_argument("--num_proc", type=int_range(1), default=None,
+                   help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--bench", metavar="FILE", help="time tokenizers on this text file instead")
     p.add_argument("--cache_dir", default=None, help="default: $TACO_CACHE or ~/.cache/taco")
-    args = p.parse_args()
-    try:
+    args = p.parse_args(argv)
+    if args.data is None and not args.bench:
+        p.error("pass --data or --bench")
+    with cli.errors():
         if args.bench:
             return bench(args.bench, args.vocab)
-        if args.data is None:
-            p.error("pass --data or --bench")
         tok = load_tokenizer(args.vocab, args.cache_dir)
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
         blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)
         print(f"{len(tokens):,} tokens ({tokens.dtype}), {len(blocks):,} blocks of {args.max_len}")
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

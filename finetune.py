@@ -35,13 +35,15 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from data import DataError, load_tokenizer, toy_corpus
+import cli
+from cli import float_range, int_range
+from data import load_tokenizer, toy_corpus
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
 from taco import (UsageError, configure_optimizer, find_weights, get_lr, load_checkpoint, setup_distributed,
                   vocab_beside)
 
 
-class FinetuneError(ValueError):
+class FinetuneError(cli.UsageError):
     """A user mistake (missing file, unknown task, ...): reported as one line, exit code 2."""
 
 
@@ -134,13 +136,18 @@ METRICS = {"acc": accuracy, "f1": f1_score, "mcc": matthews_corrcoef,
 
 def read_table(path, names=()):
     """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON(L) file."""
-    with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: GLUE's MRPC files open with a BOM
+    with open(cli.regular_file(path), encoding="utf-8-sig", newline="") as f:  # -sig: MRPC's files open with a BOM
         if path.endswith(".tsv"):  # GLUE quotes nothing: a '"' is text (csv.QUOTE_NONE)
             rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
             header = list(names) or (rows.pop(0) if rows else [])
+            # a tab at the end of every line (some exports) is not a column
+            rows = [r[:-1] if len(r) == len(header) + 1 and r[-1] == "" else r for r in rows]
             good = [r for r in rows if len(r) == len(header)]
+            if rows and not good:
+                raise FinetuneError(f"no row of {path} has the {len(header)} tab-separated fields of its "
+                                    f"header ({', '.join(header)}); its first row has {len(rows[0])}")
             if len(good) < len(rows):  # a few lines of GLUE's QQP train.tsv lack fields
-                print(f"note: skipped {len(rows) - len(good)} malformed rows of {path}")
+                print(f"warning: skipped {len(rows) - len(good)} malformed rows of {path}", file=sys.stderr)
             return {h: [r[i] for r in good] for i, h in enumerate(header)}
         if path.endswith(".csv"):
             rows = list(csv.DictReader(f))
@@ -151,6 +158,8 @@ def read_table(path, names=()):
             except json.JSONDecodeError:  # ... or JSON lines
                 rows = [json.loads(line) for line in text.splitlines() if line.strip()]
             rows = [rows] if isinstance(rows, dict) else rows
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise FinetuneError(f"{path}: expected JSON objects (one per example), one per line or in an array")
         return {k: [r.get(k) for r in rows] for k in (rows[0] if rows else {})}
 
 
@@ -167,12 +176,14 @@ def load_split(task, split, data_dir=None, cache_dir=None):
                                 f"offline, pass --data_dir with the GLUE files") from err
     else:
         where = next((w for ext in (".tsv", ".csv", ".jsonl", ".json")
-                      if os.path.isfile(w := os.path.join(data_dir, split + ext))), None)
+                      if os.path.lexists(w := os.path.join(data_dir, split + ext))), None)
         if where is None:
             raise FinetuneError(f"{data_dir} has no {split}.tsv (nor .csv/.jsonl/.json); point --data_dir "
                                 f"at the folder of {task.name}'s GLUE files")
         try:
             cols = read_table(where, task.no_header if split in ("train", "dev") else ())
+        except cli.UsageError:
+            raise
         except (ValueError, UnicodeDecodeError) as err:
             raise FinetuneError(f"cannot parse {where}: {err}") from err
     n = len(next(iter(cols.values()), []))
@@ -247,8 +258,7 @@ def load_pretrained(spec):
         raise FinetuneError(f"--model {err}") from err
     try:
         if is_hf:
-            with open(os.path.join(spec, "config.json")) as f:
-                config = BertConfig.from_dict(json.load(f))
+            config = BertConfig.from_dict(cli.read_json(os.path.join(spec, "config.json")))
             model = BertForSequenceClassification(config)
             fresh = load_hf_state_dict(model, {k: v for k, v in read_weights(spec).items()
                                                if not k.startswith("classifier.")})
@@ -376,11 +386,10 @@ def write_predictions(model, task, data, args):
     os.makedirs(os.path.join(args.out, "predictions"), exist_ok=True)
     for suffix, _, test in task.evals:
         preds = predict(model, data[test], task.labels is None, args)
-        with open(os.path.join(args.out, "predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv"), "w") as f:
-            f.write("index\tprediction\n")
-            for i, p in zip(data[test]["index"], preds):
-                f.write(f"{i}\t{min(max(p, 0.0), 5.0):.3f}\n" if task.labels is None
-                        else f"{i}\t{task.labels[int(p)]}\n")
+        lines = ["index\tprediction"] + [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None
+                                         else f"{i}\t{task.labels[int(p)]}" for i, p in zip(data[test]["index"], preds)]
+        path = os.path.join(args.out, "predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
+        cli.atomic_write(path, lambda f: f.write(("\n".join(lines) + "\n").encode()))
 
 
 # ----------------------------------------------------------------------------- summary
@@ -436,17 +445,9 @@ def format_table(summary):
 
 # ----------------------------------------------------------------------------- command line
 
-def floats(s):
-    return [float(v) for v in s.split(",")]
-
-
-def ints(s):
-    return [int(v) for v in s.split(",")]
-
-
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     # task and data
     p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (GLUE's spelling, e.g. SST-2, works too)")
     p.add_argument("--tasks", default=None, help="comma-separated tasks, or 'all' (the 8 GLUE tasks); overrides --task")
@@ -454,26 +455,31 @@ def get_args(argv=None):
                    "MNLI dev_matched, ...) or .csv/.json/.jsonl with the hub's column names; may hold "
                    "one folder per task named as in GLUE (CoLA, SST-2, ...)")
     p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; None: their usual places")
-    p.add_argument("--max_len", type=int, default=128, help="tokens per example, [CLS] and [SEP]s included")
+    p.add_argument("--max_len", type=int_range(4, 512), default=128,
+                   help="tokens per example, [CLS] and [SEP]s included")
     # model
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint "
                    "file, or Hugging Face BERT directory (config.json, weights, vocab.txt)")
     # optimisation: the plural flags give a grid of comma-separated values
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate; None: by model size, "
-                   "5e-5 (small, medium), 3e-5 (base, large), 5e-4 (tiny, mini): see FT_RECIPES")
-    p.add_argument("--lrs", type=floats, default=None, help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
-    p.add_argument("--batch_size", type=int, default=32, help="global batch size")
-    p.add_argument("--batch_sizes", type=ints, default=None, help="grid of batch sizes, e.g. 16,32")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs; None: 4 (small, medium), "
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; None: by "
+                   "model size, 5e-5 (small, medium), 3e-5 (base, large), 5e-4 (tiny, mini): see FT_RECIPES")
+    p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
+                   help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
+    p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
+    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None,
+                   help="grid of batch sizes, e.g. 16,32")
+    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: 4 (small, medium), "
                    "6 (base, large), 3 (tiny, mini)")
-    p.add_argument("--epochs_list", type=ints, default=None, help="grid of epoch counts, e.g. 4,6")
-    p.add_argument("--seed", type=int, default=1, help="seed of the head's init, the data order and dropout")
-    p.add_argument("--seeds", type=ints, default=None, help="seeds for every configuration, e.g. 1,2,3,4,5")
-    p.add_argument("--warmup", type=float, default=None, help="linear warm-up: a fraction of all steps if < 1, "
-                   "else steps; None: 100 steps (small and up), 0.1 (tiny, mini)")
-    p.add_argument("--weight_decay", type=float, default=None, help="AdamW weight decay on matrices; "
+    p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1,
+                   help="seed of the head's init, the data order and dropout")
+    p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
+                   help="seeds for every configuration, e.g. 1,2,3,4,5")
+    p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps "
+                   "if < 1, else steps; None: 100 steps (small and up), 0.1 (tiny, mini)")
+    p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW weight decay on matrices; "
                    "None: 0 (small and up), 0.01 (tiny, mini)")
-    p.add_argument("--eval_batch_size", type=int, default=128, help="batch size of dev and test predictions")
+    p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda; None: cuda if available")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
@@ -488,12 +494,13 @@ def get_args(argv=None):
 def finetune(args):
     """Every task x configuration x seed; then summary.json and the table. Fills in args'
     run-time settings (rank, world, device, dtype, autocast, pad_id, source)."""
+    cli.output_path(args.out, "--out", folder=True)  # before any work
     args.rank, _, args.world, args.device = setup_distributed(args.device)
     names = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
     for name in names:
         if name.lower().replace("-", "") not in TASKS:  # "SST-2" -> "sst2"
             raise FinetuneError(f"unknown task {name!r}; choose from {', '.join(TASKS)} or --tasks all")
-    if args.warmup is not None and (args.warmup < 0 or args.warmup >= 1 and args.warmup != int(args.warmup)):
+    if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
         raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
     config, weights, vocab, args.source = load_pretrained(args.model)
     for k, v in ft_recipe(config).items():  # flags left unset take the recipe for this model's size
@@ -529,16 +536,13 @@ def finetune(args):
         for lr, bs, epochs, seed in grid:
             record, model = run_one(task, data, config, weights, args, lr, bs, epochs, seed)
             if args.rank == 0:
-                with open(results, "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                cli.append_jsonl(results, record)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
     if args.rank == 0:
-        with open(results) as f:
-            summary = summarize([json.loads(line) for line in f if line.strip()])
-        with open(os.path.join(args.out, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        summary = summarize(cli.read_jsonl(results))  # a line torn by a kill is dropped
+        cli.write_json(os.path.join(args.out, "summary.json"), summary)
         print(format_table(summary))
     if args.world > 1:
         torch.distributed.barrier()
@@ -546,12 +550,9 @@ def finetune(args):
 
 
 def main(argv=None):
-    args = get_args(argv)
-    try:
-        finetune(args)
-    except (FinetuneError, DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    """The command line; user mistakes end in one `error:` line (cli.errors, docs/robustness.md)."""
+    with cli.errors():
+        finetune(get_args(argv))
 
 
 if __name__ == "__main__":

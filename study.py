@@ -29,9 +29,11 @@ import numpy as np
 import torch
 
 import analyze
+import cli
 import finetune
 import taco
-from data import DataError, load_tokenizer, toy_corpus
+from cli import float_range, int_range
+from data import load_tokenizer, toy_corpus
 from model import BertConfig, BertForPreTraining
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,8 +61,7 @@ def pretrain(name, args, seed, out_dir):
                                            str(args.save_every), "--keep_last", "1000000", "--out", out]
     want = {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}
     with contextlib.suppress(OSError, ValueError, KeyError):
-        with open(os.path.join(out, "config.json")) as f:
-            have = json.load(f)["args"]
+        have = cli.read_json(os.path.join(out, "config.json"))["args"]
         last = taco.latest_checkpoint(out)
         if all(have.get(k) == v for k, v in want.items()) and last and last.endswith(f"{want['steps']:08d}.pt"):
             print(f"{name}: reusing the finished run in {out}")
@@ -68,8 +69,13 @@ def pretrain(name, args, seed, out_dir):
     print(f"{name}: pre-training -> {out} (log: {out}.log)", flush=True)
     cmd = shlex.split(args.launcher) if args.launcher else [sys.executable]
     with open(out + ".log", "w") as log:
-        rc = subprocess.run(cmd + [os.path.join(HERE, "taco.py"), *argv, "--force"], stdout=log,
-                            stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(cmd + [os.path.join(HERE, "taco.py"), *argv, "--force"], stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached taco.py too: let it save its checkpoint and stop
+            proc.wait()
+            raise
     if rc:
         with open(out + ".log") as f:
             tail = [line for line in f.read().replace("\r", "\n").splitlines() if line.strip()][-1:]
@@ -95,14 +101,8 @@ def finetune_scores(config, weights, tok, args, ft):
 def measure(name, run, args, ft, pairs, init_rows):
     """One row per checkpoint of a run (and its step-0 init): analysis, eval MLM, fine-tuning.
     init_rows: {(model config, seed, data, max_len): step-0 row}, shared by the objectives."""
-    with open(os.path.join(run, "config.json")) as f:
-        cfg = json.load(f)
-    evals = {}
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if "eval_mlm_loss" in r:
-                evals[r["step"]] = r
+    cfg = cli.read_json(os.path.join(run, "config.json"))
+    evals = {r["step"]: r for r in cli.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r}
     torch.manual_seed(cfg["args"]["seed"])  # taco.py's init, exactly: the step-0 row
     init = BertForPreTraining(BertConfig(**cfg["model_config"])).bert
     rows, tok, batches = [], None, None
@@ -250,41 +250,41 @@ def plot(rows, path):
     print(f"plot: {path}")
 
 
-def ints(s):
-    return [int(v) for v in s.split(",") if v.strip()]
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Pre-train several objectives alike; measure every checkpoint.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.ArgumentParser(description="Pre-train several objectives alike; measure every checkpoint.",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/study", help="one run directory per objective, plus study.json / table.md")
     p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
     # pre-training: None = taco.py's default for --size
     p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
     p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
-    p.add_argument("--steps", type=int, default=1200, help="pre-training steps (0: taco.py's recipe for --size; "
+    p.add_argument("--steps", type=int_range(0), default=1200,
+                   help="pre-training steps (0: taco.py's recipe for --size; "
                    "tiny's 600 ends before MLM has left its unigram plateau)")
-    p.add_argument("--save_every", type=int, default=150, help="checkpoint (and measure) every N steps")
-    p.add_argument("--max_len", type=int, default=None, help="pre-training block length")
-    p.add_argument("--batch_size", type=int, default=None, help="pre-training global batch")
-    p.add_argument("--lr", type=float, default=None, help="pre-training peak learning rate")
-    p.add_argument("--seed", type=ints, default=[0], help="pre-training seed, shared by every objective; several "
-                   "(0,1,2) run one after another into OUT/seed<S> and OUT/table.md gives mean ± std over them")
+    p.add_argument("--save_every", type=int_range(1), default=150, help="checkpoint (and measure) every N steps")
+    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="pre-training block length")
+    p.add_argument("--batch_size", type=int_range(1), default=None, help="pre-training global batch")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="pre-training peak learning rate")
+    p.add_argument("--seed", type=cli.list_of(int_range(0, 2**32 - 1)), default=[0],
+                   help="pre-training seed, shared by every objective; several (0,1,2) run one after another "
+                   "into OUT/seed<S> and OUT/table.md gives mean ± std over them")
     p.add_argument("--taco_args", default="", help="further taco.py flags for every objective, e.g. '--warmup 100'")
     p.add_argument("--launcher", default="", help="command in front of taco.py, e.g. 'torchrun --nproc_per_node=8' "
                    "(default: this Python)")
     p.add_argument("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
     # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
-    p.add_argument("--ft_seeds", type=ints, default=[1, 2, 3], help="fine-tuning seeds per checkpoint ('' = none)")
-    p.add_argument("--ft_lr", type=float, default=None, help="fine-tuning learning rate (default: finetune.py's "
-                   "recipe for the model size: 5e-4 for tiny / mini)")
-    p.add_argument("--ft_epochs", type=int, default=2, help="fine-tuning epochs")
-    p.add_argument("--ft_batch_size", type=int, default=32, help="fine-tuning batch size")
-    p.add_argument("--ft_train", type=int, default=2000, help="training pairs used (0 = all 4000)")
-    p.add_argument("--ft_max_len", type=int, default=64, help="fine-tuning tokens per pair")
+    p.add_argument("--ft_seeds", type=cli.list_of(int_range(0, 2**32 - 1), empty_ok=True), default=[1, 2, 3],
+                   help="fine-tuning seeds per checkpoint ('' = none)")
+    p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None,
+                   help="fine-tuning learning rate (default: finetune.py's recipe for the model size: "
+                   "5e-4 for tiny / mini)")
+    p.add_argument("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
+    p.add_argument("--ft_batch_size", type=int_range(1), default=32, help="fine-tuning batch size")
+    p.add_argument("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
+    p.add_argument("--ft_max_len", type=int_range(4, 512), default=64, help="fine-tuning tokens per pair")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = PyTorch's default); "
+    p.add_argument("--threads", type=int_range(0), default=0, help="CPU threads per process (0 = PyTorch's default); "
                    "1 is much faster on a machine shared with other jobs")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
     p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png)")
@@ -293,16 +293,18 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # for the taco.py subprocesses
-    try:
+    with cli.errors():
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         if not names or any(v not in VARIANTS for v in names):
             raise taco.UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
-        if args.save_every < 1 or args.ft_epochs < 1 or args.ft_train < 0:
-            raise taco.UsageError("--save_every and --ft_epochs must be >= 1, --ft_train >= 0")
-        if not args.seed or len(set(args.seed)) < len(args.seed):
-            raise taco.UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
+        if len(set(args.seed)) < len(args.seed):
+            raise taco.UsageError(f"--seed {','.join(map(str, args.seed))}: give distinct seeds, e.g. 0,1,2")
+        cli.output_path(args.out, "--out", folder=True)
+        device = cli.device(args.device)
         pairs = analyze.read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
                                    if args.pairs == "toy" else args.pairs)  # a bad file fails before training
+        if args.plot:
+            cli.output_path(args.plot, "--plot", folder=False)
         rows, wall, ft, init_rows = [], {}, None, {}
         for seed in args.seed:
             t_seed = time.time()
@@ -317,19 +319,16 @@ def main(argv=None):
             runs = {name: pretrain(name, args, seed, out) for name in names}
             t_train = time.time() - t_seed
             if ft is None:  # the toy task, tokenised once; the run's vocab (all runs share it)
-                ft = finetune_data(args, os.path.join(runs[names[0]], "vocab.txt")) if args.ft_seeds else {}
+                ft = finetune_data(args, os.path.join(runs[names[0]], "vocab.txt"), device) if args.ft_seeds else {}
             mine = [row for name in names for row in measure(name, runs[name], args, ft, pairs, init_rows)]
             wall[seed] = {"pretrain_s": round(t_train), "total_s": round(time.time() - t_seed)}
             save(out, args, {seed: wall[seed]}, mine, format_table(mine))
             print(f"seed {seed}: wall time {wall[seed]['total_s']} s ({wall[seed]['pretrain_s']} s pre-training)")
             rows += mine
-    except (taco.UsageError, finetune.FinetuneError, DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    if len(args.seed) > 1:
-        save(args.out, args, wall, rows, format_seeds_table(rows, args.seed))
-    print(f"wall time: {round(time.time() - t0)} s")
-    return rows
+        if len(args.seed) > 1:
+            save(args.out, args, wall, rows, format_seeds_table(rows, args.seed))
+        print(f"wall time: {round(time.time() - t0)} s")
+        return rows
 
 
 def finished(out, args, seed):
@@ -344,12 +343,12 @@ def finished(out, args, seed):
     return None
 
 
-def finetune_data(args, vocab_file):
+def finetune_data(args, vocab_file, device):
     """finetune.py's settings and the toy pair task's train / dev splits, encoded once."""
     tok = load_tokenizer(vocab_file)
     fargs = finetune.get_args(["--max_len", str(args.ft_max_len)])
     fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
-    fargs.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    fargs.device = device
     bf16 = fargs.device.type == "cuda" and torch.cuda.is_bf16_supported()
     fargs.dtype = "bf16" if bf16 else "fp32"
     fargs.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
@@ -362,10 +361,8 @@ def finetune_data(args, vocab_file):
 
 def save(out, args, wall, rows, table):
     """OUT/study.json (settings, wall times, every row), OUT/table.md, the printed table, the plot."""
-    with open(os.path.join(out, "study.json"), "w") as f:
-        json.dump({"settings": vars(args), "wall": wall, "rows": rows}, f, indent=2)
-    with open(os.path.join(out, "table.md"), "w") as f:
-        f.write(table + "\n")
+    cli.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    cli.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     plot(rows, os.path.join(out, "study.png") if not args.plot or out != args.out else args.plot)
 

@@ -20,12 +20,12 @@ from it, the per-device batch and the world size, so every launch above optimise
 import argparse
 import contextlib
 import hashlib
-import json
 import math
 import os
-import shutil
+import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict
 
 import numpy as np
@@ -35,12 +35,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from data import DataError, load_tokenizer, make_blocks, mask_tokens, tokenize_corpus
+import cli
+from cli import UsageError, float_range, int_range
+from data import load_tokenizer, make_blocks, mask_tokens, token_cache_path, tokenize_corpus
 from model import SIZES, BertConfig, BertForPreTraining
-
-
-class UsageError(ValueError):
-    """A user mistake: reported as one line, exit code 2."""
 
 
 # ----------------------------------------------------------------------------- the TC loss (the paper's Sec. 3)
@@ -147,10 +145,11 @@ class SampledCosines(torch.autograd.Function):
     """out[n, j] = a[n] . keys[cols[n, j]], with a gradient to `a` only: tc_loss's
     einsum("nh,njh->nj", a, keys[cols]) without its (N, 1+K, H) copy of keys (210 MB for
     BERT-small at 16 x 128, 3.4 GB at 64 x 256), which the einsum writes, reads back and keeps
-    for the backward. The forward takes the cheaper of two routes (`similarity_route`), a chunk
-    of anchors at a time; the backward, d/da[n] = sum_j grad[n, j] keys[cols[n, j]], is a
-    weighted sum of rows of keys (embedding_bag). Equal to the einsum to float rounding
-    (test_speed.py); keys must be detached.
+    for the backward. The forward takes the cheaper of two routes (`similarity_route`): the
+    sampled entries of a @ keys.T alone (a sampled dense-dense product, torch.sparse.sampled_addmm),
+    or the whole product, a chunk of anchors at a time, then a pick. The backward,
+    d/da[n] = sum_j grad[n, j] keys[cols[n, j]], is a weighted sum of rows of keys
+    (embedding_bag). Equal to the einsum to float rounding (test_speed.py); keys must be detached.
     """
 
     @staticmethod
@@ -158,13 +157,15 @@ class SampledCosines(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
         ctx.save_for_backward(keys, cols)
-        route, _ = similarity_route(len(a), len(keys), cols.shape[1], a.shape[1])
-        if route == "product":  # every key, then pick: <= 1M cosines (4 MB) per chunk
+        n, j = cols.shape
+        if similarity_route(n, len(keys), j, a.shape[1])[0] == "product":  # <= 1M cosines (4 MB) per chunk
             step = max(1, 2 ** 20 // len(keys))
             return torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(a.split(step), cols.split(step))])
-        step = max(1, GATHER_CHUNK // (cols.shape[1] * a.shape[1]))  # the sampled keys of a chunk: <= 1 MB
-        return torch.cat([torch.bmm(keys[idx], rows[:, :, None])[:, :, 0]
-                          for rows, idx in zip(a.split(step), cols.split(step))])
+        with warnings.catch_warnings():  # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=a.device), cols.reshape(-1),
+                                              a.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
+            return torch.sparse.sampled_addmm(pattern, a, keys.T, beta=0.0).values().view(n, j)
 
     @staticmethod
     def backward(ctx, grad):
@@ -173,18 +174,17 @@ class SampledCosines(torch.autograd.Function):
             return F.embedding_bag(cols, keys, per_sample_weights=grad.to(keys.dtype), mode="sum"), None, None
 
 
-GATHER_CHUNK = 2 ** 18  # floats of sampled keys per chunk of the gather route (1 MB: stays in cache)
-PRODUCT_SPEEDUP = 16  # a matrix product does this many times more multiply-adds per second than the gather
+PRODUCT_SPEEDUP = 16  # a matrix product does ~this many times more multiply-adds per second than sampled_addmm (CPU, measured)
 
 
 def similarity_route(n, m, j, h):
     """The forward route of SampledCosines for n anchors, m keys, j sampled keys per anchor and
-    width h, and the multiply-adds of forward + backward. "product" (n x m matrix product, then
-    pick) costs n m h but runs PRODUCT_SPEEDUP times faster per multiply-add than "gather" (n j h),
-    so it wins while m <= PRODUCT_SPEEDUP * j; the backward (embedding_bag) is n j h either way."""
+    width h, and the multiply-adds of forward + backward. "product" (n x m, then pick) costs
+    n m h and "sampled" (sampled_addmm) n j h, but the product runs PRODUCT_SPEEDUP times faster
+    per multiply-add, so it wins while m <= PRODUCT_SPEEDUP * j. The backward is n j h either way."""
     if m <= PRODUCT_SPEEDUP * j:
         return "product", n * m * h + n * j * h
-    return "gather", 2 * n * j * h
+    return "sampled", 2 * n * j * h
 
 
 # ----------------------------------------------------------------------------- the contextual score
@@ -290,23 +290,24 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
+    p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
     # model and objective
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
     p.add_argument("--objective", default="taco", choices=["taco", "mlm"], help="taco = MLM + TC; mlm = the baseline")
-    p.add_argument("--tc_weight", type=float, default=1.0, help="lambda in loss = MLM + lambda * TC")
+    p.add_argument("--tc_weight", type=float_range(0), default=1.0, help="lambda in loss = MLM + lambda * TC")
     p.add_argument("--tc_positions", default="all", choices=["all", "masked", "unmasked"],
                    help="anchors of the TC loss: every real token, or only masked / unmasked ones")
-    p.add_argument("--window", type=int, default=5, help="W: positives lie within W//2 positions of the anchor "
+    p.add_argument("--window", type=int_range(2), default=5, help="W: positives lie within W//2 positions of the anchor "
                    "(an even W counts as W+1)")
-    p.add_argument("--negatives", type=int, default=50, help="K: negatives per anchor, from other sequences")
+    p.add_argument("--negatives", type=int_range(1), default=50, help="K: negatives per anchor, from other sequences")
     p.add_argument("--negatives_from", default="device", choices=["device", "global"],
                    help="draw negatives from this device's micro-batch, or from every rank's (all-gathered, "
                    "detached), as the official single-process multi-GPU runs did")
-    p.add_argument("--temperature", type=float, default=0.07, help="tau of the InfoNCE softmax")
+    p.add_argument("--temperature", type=float_range(0, lo_open=True), default=0.07, help="tau of the InfoNCE softmax")
     p.add_argument("--plain_tc", action="store_true", help="compute the TC cosines by the plain einsum "
                    "(the same numbers, slower, more memory) instead of taco.SampledCosines")
-    p.add_argument("--mlm_probability", type=float, default=0.15, help="fraction of tokens masked")
+    p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=0.15,
+                   help="fraction of tokens masked")
     p.add_argument("--predict_all", action="store_true", help="MLM+TP ablation: add a token-prediction loss, "
                    "the mean over the unmasked tokens, to MLM's mean over the masked ones")
     p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
@@ -320,20 +321,23 @@ def get_args(argv=None):
                    "folders (default: toy for --size tiny and mini, else the paper's wikipedia,bookcorpus)")
     p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
                    "for --data toy, else bert-base-uncased)")
-    p.add_argument("--max_len", type=int, default=None, help="tokens per block (default: from --size)")
+    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="tokens per block (default: from --size)")
     p.add_argument("--cache_dir", default=None, help="where tokenised corpora are cached (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--num_proc", type=int, default=None,
+    p.add_argument("--num_proc", type=int_range(1), default=None,
                    help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
-    p.add_argument("--eval_blocks", type=int, default=64, help="blocks held out for evaluation")
+    p.add_argument("--eval_blocks", type=int_range(0), default=64, help="blocks held out for evaluation")
     # optimisation
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: from --size)")
-    p.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: from --size)")
-    p.add_argument("--batch_size", type=int, default=None, help="global batch in sequences (default: from --size)")
-    p.add_argument("--device_batch_size", type=int, default=32, help="sequences per device per micro-step")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: from --size)")
-    p.add_argument("--weight_decay", type=float, default=0.01, help="AdamW weight decay on matrices")
-    p.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping")
-    p.add_argument("--seed", type=int, default=0, help="seeds init, data order, masking and sampling")
+    p.add_argument("--steps", type=int_range(1), default=None, help="optimizer steps (default: from --size)")
+    p.add_argument("--warmup", type=int_range(0), default=None, help="linear warm-up steps (default: from --size)")
+    p.add_argument("--batch_size", type=int_range(1), default=None,
+                   help="global batch in sequences (default: from --size)")
+    p.add_argument("--device_batch_size", type=int_range(1), default=32, help="sequences per device per micro-step")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
+                   help="peak learning rate (default: from --size)")
+    p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
+    p.add_argument("--clip", type=float_range(0, lo_open=True), default=1.0, help="gradient-norm clipping")
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0,
+                   help="seeds init, data order, masking and sampling")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
@@ -341,10 +345,10 @@ def get_args(argv=None):
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     # output
     p.add_argument("--out", default="runs/taco", help="run directory: config, metrics, checkpoints")
-    p.add_argument("--save_every", type=int, default=200, help="checkpoint every N steps (and at the end)")
-    p.add_argument("--eval_every", type=int, default=100, help="evaluate every N steps (and at the end)")
-    p.add_argument("--log_every", type=int, default=10, help="write metrics.jsonl every N steps")
-    p.add_argument("--keep_last", type=int, default=3, help="checkpoints kept in --out")
+    p.add_argument("--save_every", type=int_range(1), default=200, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--eval_every", type=int_range(1), default=100, help="evaluate every N steps (and at the end)")
+    p.add_argument("--log_every", type=int_range(1), default=10, help="write metrics.jsonl every N steps")
+    p.add_argument("--keep_last", type=int_range(1), default=3, help="checkpoints kept in --out")
     p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
     p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
@@ -364,24 +368,10 @@ def get_args(argv=None):
 
 
 def check_args(args, world_size):
-    """Catch user mistakes before anything is written; returns the accumulation steps."""
-    if not 8 <= args.max_len <= 512:
-        raise UsageError(f"--max_len must be between 8 and 512 (BERT has 512 positions), not {args.max_len}")
-    if args.objective == "taco":
-        if args.window < 2:
-            raise UsageError(f"--window is W, the width of the window centred on the anchor "
-                             f"(W=5: up to 2 positions either side); it must be >= 2, not {args.window}")
-        if args.negatives < 1:
-            raise UsageError(f"--negatives must be >= 1, not {args.negatives}")
-        if args.temperature <= 0:
-            raise UsageError("--temperature must be > 0")
-    for flag in ("steps", "batch_size", "device_batch_size", "save_every", "eval_every", "log_every", "keep_last"):
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag} must be >= 1")
-    if args.warmup < 0 or args.warmup > args.steps:
+    """Catch mistakes that involve several flags (each flag's own range is checked by argparse)
+    before anything is written; returns the accumulation steps."""
+    if args.warmup > args.steps:
         raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
-    if not 0 < args.mlm_probability < 1:
-        raise UsageError("--mlm_probability must be in (0, 1)")
     if args.batch_size % world_size:
         raise UsageError(f"--batch_size {args.batch_size} is not divisible by the {world_size} processes")
     per_rank = args.batch_size // world_size
@@ -422,21 +412,6 @@ def step_seed(seed, step, rank):
 
 # ----------------------------------------------------------------------------- checkpoints
 
-def _fsync_write(path, write):
-    """Write through a temp file in the same directory, fsync, then rename: all or nothing."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
-
-
 def _sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -452,9 +427,9 @@ def save_checkpoint(out, state, keep_last):
     the previous set of valid checkpoints or the new one. Rotation keeps the newest keep_last.
     """
     path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
-    _fsync_write(path, lambda f: torch.save(state, f))
+    cli.atomic_write(path, lambda f: torch.save(state, f))
     manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": _sha256(path)}
-    _fsync_write(path[:-3] + ".json", lambda f: f.write(json.dumps(manifest).encode()))
+    cli.write_json(path[:-3] + ".json", manifest)
     for old in list_checkpoints(out)[keep_last:]:
         for p in (old, old[:-3] + ".json"):
             with contextlib.suppress(FileNotFoundError):
@@ -473,14 +448,14 @@ def list_checkpoints(out):
 def verify_checkpoint(path):
     """None if `path` matches its manifest, else the reason it does not."""
     try:
-        with open(path[:-3] + ".json") as f:
-            manifest = json.load(f)
-        if os.path.getsize(path) != manifest["bytes"]:
-            return f"size {os.path.getsize(path)} != {manifest['bytes']} (truncated?)"
-        if _sha256(path) != manifest["sha256"]:
+        manifest = cli.read_json(path[:-3] + ".json")
+        cli.regular_file(path, "checkpoint")
+        if os.path.getsize(path) != manifest.get("bytes"):
+            return f"size {os.path.getsize(path)} != {manifest.get('bytes')} (truncated?)"
+        if _sha256(path) != manifest.get("sha256"):
             return "checksum mismatch (corrupted)"
-    except (OSError, ValueError, KeyError) as err:
-        return f"unreadable ({err.__class__.__name__}: {err})"
+    except (OSError, UsageError) as err:
+        return f"unreadable ({err})"
     return None
 
 
@@ -498,6 +473,7 @@ def load_checkpoint(path):
     """Load a checkpoint (tensors and plain types only: weights_only=True)."""
     if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
         raise UsageError(f"checkpoint {path} is invalid: {reason}")
+    cli.regular_file(path, "checkpoint")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file: say which, not a traceback
@@ -548,9 +524,10 @@ def load_init(spec):
 
 def setup_distributed(device_arg):
     """torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a plain `python taco.py` is rank 0 of 1."""
-    device_type = device_arg or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = cli.device(device_arg)  # one line if it cannot be used here
+    device_type = device.type
     if "RANK" not in os.environ:
-        return 0, 0, 1, torch.device(device_type)
+        return 0, 0, 1, device
     rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
@@ -563,42 +540,40 @@ def setup_distributed(device_arg):
     return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
 
 
-def all_ranks_max(value, device):
-    """The maximum of a float over all ranks (e.g. a 'something went wrong' flag)."""
-    t = torch.tensor(float(value), device=device)
+def all_ranks_max(flags):
+    """The elementwise maximum of a tensor of flags over all ranks, as floats (one host sync)."""
     if dist.is_initialized():
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return flags.tolist()
 
 
 # ----------------------------------------------------------------------------- training
 
-def prepare_out(args, resuming, overwrite):
-    """Refuse to clobber another run; on resume, refuse a changed configuration."""
-    cfg_path = os.path.join(args.out, "config.json")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UsageError(f"--out {args.out} is a file; pass a directory")
-    if resuming and os.path.exists(cfg_path):
-        with open(cfg_path) as f:
-            old = json.load(f)["args"]
+def prepare_out(args, ckpt, overwrite):
+    """Refuse to clobber another run; on resume, refuse a changed configuration. The settings
+    compared are the checkpoint's own (config.json is a copy for people to read)."""
+    if ckpt is not None:
+        old = ckpt.get("args", {})
         changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and old.get(k) != v)
         if changed and not args.force:
             raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
                              f"{', '.join(changed)}; pass --force to accept them")
-    elif os.path.exists(cfg_path) or list_checkpoints(args.out):
+    elif os.path.exists(os.path.join(args.out, "config.json")) or list_checkpoints(args.out):
         if not overwrite:
             raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
                              f"--force to overwrite it, or another --out")
         for name in os.listdir(args.out):
             if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
                 os.remove(os.path.join(args.out, name))
-    try:
-        os.makedirs(args.out, exist_ok=True)
-        probe = os.path.join(args.out, f".write_test{os.getpid()}")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as err:
-        raise UsageError(f"cannot write to --out {args.out}: {err.strerror}") from err
+
+
+def copy_vocab(src, out):
+    """OUT/vocab.txt, written atomically; nothing to do when --vocab is that file already."""
+    dst = os.path.join(out, "vocab.txt")
+    if not (os.path.exists(dst) and os.path.samefile(src, dst)):
+        with open(src, "rb") as f:
+            data = f.read()
+        cli.atomic_write(dst, lambda f: f.write(data))
 
 
 def masked_batch(ids, tok, args, generator):
@@ -659,10 +634,16 @@ def evaluate(model, blocks, tok, args, device):
     return {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n, **{f"ctx_{k}": v for k, v in ctx.items()}}
 
 
-def train(args):
+def train(args, cleanup):
+    """Pre-train as `args` say. cleanup: an ExitStack that releases, on any exit, what the run
+    holds (the lock on --out, the signal handlers, the process group)."""
     rank, local_rank, world, device = setup_distributed(args.device)
+    if world > 1:
+        cleanup.callback(dist.destroy_process_group)
     master = rank == 0
     accum = check_args(args, world)
+    if master:  # one run per --out, taken before anything in it is read or written
+        cleanup.enter_context(cli.RunLock(args.out))
     # torchrun --max_restarts relaunches crashed workers: they resume by themselves
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
     resume_from = latest_checkpoint(args.out) if args.resume or restarted else None
@@ -674,6 +655,7 @@ def train(args):
               f"run: that is the default --data {PAPER_DATA}", file=sys.stderr)
     if args.init:  # the init's architecture; its weights are loaded below unless resuming
         cfg, init_state, init_source = load_init(args.init)
+    ckpt = load_checkpoint(resume_from) if resuming else None
     tok = load_tokenizer(args.vocab, args.cache_dir)
     if args.init:
         if cfg.vocab_size != tok.vocab_size:
@@ -683,12 +665,11 @@ def train(args):
     else:
         cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
                                    tie_word_embeddings=not args.untie_embeddings)
-    if master:  # rank 0 tokenises (and caches) first; the others then read the cache
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    if world > 1:
-        dist.barrier()
-    if not master:
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
+    if not master:  # rank 0 tokenises and caches (hours for the paper's corpora); the others wait
+        cache = token_cache_path(args.data, tok, args.cache_dir)  # for its file, not in a collective
+        while not cache.exists():  # that would time out (NCCL: 10 min); torchrun ends them if rank 0 fails
+            time.sleep(2)
+    tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
     blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
     n_eval = min(args.eval_blocks, len(blocks) // 10)
     train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out
@@ -697,7 +678,7 @@ def train(args):
         raise UsageError(f"the corpus gives {len(train_blocks)} training blocks of {args.max_len} tokens, "
                          f"fewer than one batch of {args.batch_size}; lower --batch_size or add data")
     if master:
-        prepare_out(args, resuming, overwrite=args.force or restarted)
+        prepare_out(args, ckpt, overwrite=args.force or restarted)
     if world > 1:
         dist.barrier()
 
@@ -718,7 +699,6 @@ def train(args):
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
     start, skipped = 0, 0
     if resuming:
-        ckpt = load_checkpoint(resume_from)
         try:
             raw.load_state_dict(ckpt["model"])
         except RuntimeError as err:
@@ -732,21 +712,22 @@ def train(args):
     if world > 1:
         model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
 
+    if start >= args.steps:
+        if master:
+            print(f"{args.out} is already at step {start} (--steps {args.steps}): nothing to do")
+        return
     metrics_path = os.path.join(args.out, "metrics.jsonl")
-    if master:
-        with open(os.path.join(args.out, "config.json"), "w") as f:
-            json.dump({"args": vars(args), "model_config": asdict(cfg), "world_size": world,
-                   "init": {"source": init_source, "sha256": _sha256(init_source) if os.path.isfile(init_source)
-                            else None} if args.init else None,
-                       "accumulation": accum, "dtype": dtype, "train_blocks": len(train_blocks),
-                       "eval_blocks": n_eval, "parameters": sum(p.numel() for p in raw.parameters())},
-                      f, indent=2)
-        shutil.copyfile(tok.vocab_file, os.path.join(args.out, "vocab.txt"))
-        if resuming and os.path.exists(metrics_path):  # drop lines logged after the checkpoint
-            with open(metrics_path) as f:
-                kept = [l for l in f if json.loads(l)["step"] <= start]
-            with open(metrics_path, "w") as f:
-                f.writelines(kept)
+    if master:  # every file written whole (temp + rename): a kill at any moment leaves a resumable run
+        logged = cli.read_jsonl(metrics_path) if resuming and os.path.exists(metrics_path) else []
+        cli.write_json(os.path.join(args.out, "config.json"), {
+            "args": vars(args), "model_config": asdict(cfg), "world_size": world, "accumulation": accum,
+            "dtype": dtype, "train_blocks": len(train_blocks), "eval_blocks": n_eval,
+            "parameters": sum(p.numel() for p in raw.parameters()),
+            "init": {"source": init_source, "sha256": _sha256(init_source) if os.path.isfile(init_source) else None}
+            if args.init else None})
+        copy_vocab(tok.vocab_file, args.out)
+        if resuming:  # drop lines logged after the checkpoint (and a line torn by a kill)
+            cli.write_jsonl(metrics_path, [r for r in logged if r.get("step", 0) <= start])
         print(f"{args.objective} | {args.size} ({sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M params) | "
               f"{len(train_blocks)} blocks x {args.max_len} | batch {args.batch_size} = {world} x "
               f"{accum} x {args.device_batch_size} | {dtype} on {device.type}"
@@ -754,15 +735,12 @@ def train(args):
               + (f" | resumed at step {start}" if resuming else ""))
 
     per_rank = args.batch_size // world
-    crash_step = int(os.environ.get("TACO_TEST_CRASH_STEP", -1))  # fault-injection for tests only
-    crash_rank = int(os.environ.get("TACO_TEST_CRASH_RANK", 1))
+    stop = cleanup.enter_context(cli.StopSignals())  # SIGINT / SIGTERM: save and stop at a step boundary
     bar = tqdm(range(start, args.steps), initial=start, total=args.steps, disable=not master,
                dynamic_ncols=True, desc="train")
     perm_epoch, perm, tokens_seen, t0 = -1, None, 0, time.time()
     last_ckpt, last_eval = resume_from, None
     for step in bar:
-        if step == crash_step and rank == crash_rank and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
-            os._exit(13)
         epoch, i = divmod(step, steps_per_epoch)
         if epoch != perm_epoch:  # a fresh shuffle each epoch, the same on every rank
             # int32 (the same order as int64): 4 bytes a block, the one buffer that grows with the corpus
@@ -795,9 +773,12 @@ def train(args):
         scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
         # fp16's scaler handles overflowing gradients itself; any other non-finite value is a fault.
-        # One host sync per step for both checks.
-        bad = not (torch.isfinite(sums).all() & (torch.isfinite(grad_norm) | (dtype == "fp16"))).item()
-        if all_ranks_max(bad, device):
+        # One host sync per step for both checks and for a stop signal, agreed by all ranks.
+        ok = torch.isfinite(sums).all() & (torch.isfinite(grad_norm) | (dtype == "fp16"))
+        flags = torch.stack([(~ok).float(), torch.full((), float(stop.signum), device=device)])
+        bad, signum = all_ranks_max(flags)
+        stopping = signum and step + 1 < args.steps
+        if bad:
             optimizer.zero_grad(set_to_none=True)
             if not args.skip_nonfinite:
                 raise FloatingPointError(f"non-finite loss or gradient at step {step}; last good checkpoint: "
@@ -825,34 +806,32 @@ def train(args):
                 last_eval = evaluate(raw, eval_blocks, tok, args, device)
                 record = {"step": done, **record, **last_eval}
             if record:
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(record) + "\n")
-            if done % args.save_every == 0 or done == args.steps:
+                cli.append_jsonl(metrics_path, record)
+            if done % args.save_every == 0 or done == args.steps or stopping:
                 last_ckpt = save_checkpoint(args.out, {
                     "model": raw.state_dict(), "optimizer": optimizer.state_dict(),
                     "scaler": scaler.state_dict(), "step": done, "skipped": skipped,
                     "model_config": asdict(cfg), "args": vars(args),
                     "data_position": {"epoch": done // steps_per_epoch, "batch": done % steps_per_epoch}},
                     args.keep_last)
+        if stopping:  # every rank stops after the same step, once rank 0 has saved it
+            if world > 1:
+                dist.barrier()
+            name = signal.Signals(int(signum)).name
+            raise cli.Interrupted(int(signum), f"stopped by {name} after step {done}: saved {last_ckpt}; "
+                                  f"to continue, run the same command with --resume" if master else "")
     if master and last_eval:
         print(f"done: eval MLM loss {last_eval['eval_mlm_loss']:.3f}, acc {last_eval['eval_mlm_acc']:.3f}, "
               f"contextual score {last_eval['ctx_score']:.3f} (intra {last_eval['ctx_intra']:.3f}, "
               f"inter {last_eval['ctx_inter']:.3f}); run in {args.out}")
     if world > 1:
         dist.barrier()
-        dist.destroy_process_group()
 
 
 def main(argv=None):
-    args = get_args(argv)
-    try:
-        train(args)
-    except (UsageError, DataError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except FloatingPointError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(3)
+    """The command line; user mistakes end in one `error:` line (cli.errors, docs/robustness.md)."""
+    with cli.errors(), contextlib.ExitStack() as cleanup:
+        train(get_args(argv), cleanup)
 
 
 if __name__ == "__main__":

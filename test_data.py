@@ -86,6 +86,18 @@ def test_bad_vocab(tmp_path, content, needle):
         WordPieceTokenizer(path)
 
 
+def test_vocab_with_bom_or_windows_line_ends(tmp_path):
+    """An editor's byte-order mark or CRLF line ends do not change the tokens (not 'lacks [PAD]')."""
+    plain = tmp_path / "plain.txt"
+    write_vocab(plain, SMALL)
+    for name, content in [("bom.txt", b"\xef\xbb\xbf" + plain.read_bytes()),
+                          ("crlf.txt", plain.read_bytes().replace(b"\n", b"\r\n")),
+                          ("both.txt", b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))]:
+        (tmp_path / name).write_bytes(content)
+        tok = WordPieceTokenizer(tmp_path / name)
+        assert tok.ids_to_tokens == list(SMALL) and tok.pad_id == SMALL.index("[PAD]")
+
+
 def test_load_tokenizer(tmp_path, monkeypatch):
     write_vocab(tmp_path / "vocab.txt", SMALL)
     assert data.load_tokenizer(tmp_path).vocab_size == len(SMALL)  # folder
@@ -356,8 +368,11 @@ def test_make_blocks():
             data.make_blocks(tokens, bad, 2, 3)
     with pytest.raises(DataError, match="fewer than one block"):
         data.make_blocks(tokens[:100], 128, 2, 3)
+    for bad in (np.array([0, len(blocks)]), [-1]):
+        with pytest.raises(IndexError):
+            blocks[bad]
     with pytest.raises(IndexError):
-        blocks[np.array([0, len(blocks)])]
+        blocks.split(len(blocks) + 1)
 
 
 @pytest.mark.parametrize("n_tokens, max_len", [(1000, 64), (1001, 8), (62, 64), (5000, 512)])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from data import load_tokenizer
-from finetune import (TASKS, accuracy, collate, encode, f1_score, format_table, load_split, main,
+from finetune import (TASKS, FinetuneError, accuracy, collate, encode, f1_score, format_table, load_split, main,
                       matthews_corrcoef, pearson, spearman, summarize)
 from model import BertConfig, BertForPreTraining
 
@@ -337,6 +337,29 @@ def test_csv_and_jsonl_files(tmp_path):
     train = load_split(TASKS["rte"], "train", str(tmp_path))
     assert train["a"] == ["a, b", "d"] and train["labels"].tolist() == [0, 1]
     assert load_split(TASKS["rte"], "dev", str(tmp_path))["labels"].tolist() == [1, 0]
+
+
+def test_data_files_with_a_trailing_tab_or_foreign_json(tmp_path, capsys):
+    """A tab ending every row is no column; rows that fit no header, or JSON that is not one
+    object per example, are explained in one line (and a skipped row is a warning on stderr)."""
+    rows = [("a b", "c", 1), ("d", "e f", 0)]
+    with open(tmp_path / "train.tsv", "w") as f:
+        f.write("sentence1\tsentence2\tlabel\n" + "".join("\t".join(map(str, r)) + "\t\n" for r in rows))
+    train = load_split(TASKS["rte"], "train", str(tmp_path))
+    assert train["a"] == ["a b", "d"] and train["labels"].tolist() == [1, 0]
+    with open(tmp_path / "dev.tsv", "w") as f:
+        f.write("sentence1\tsentence2\tlabel\nx\ty\t1\nonly one field\n")
+    assert len(load_split(TASKS["rte"], "dev", str(tmp_path))["a"]) == 1
+    assert "warning: skipped 1 malformed rows" in capsys.readouterr().err
+    with open(tmp_path / "dev.tsv", "w") as f:
+        f.write("sentence1\tsentence2\tlabel\nx\t\ty\t\t1\n")
+    with pytest.raises(FinetuneError, match="no row of .* has the 3 tab-separated fields"):
+        load_split(TASKS["rte"], "dev", str(tmp_path))
+    os.remove(tmp_path / "dev.tsv")
+    for text in ("[[1, 2]]", "[1]", "7", '{"sentence1": "x"}\n[2]\n'):
+        (tmp_path / "dev.jsonl").write_text(text)
+        with pytest.raises(FinetuneError, match="expected JSON objects"):
+            load_split(TASKS["rte"], "dev", str(tmp_path))
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -3,6 +3,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 
 from model import (Bert, BertConfig, BertForPreTraining, BertForSequenceClassification,
                    load_hf_state_dict, read_safetensors, to_hf_state_dict, write_safetensors)
+import cli
 import taco
 from taco import contextual_score, get_lr, sample_negatives, sample_positives, tc_loss
 
@@ -470,6 +472,18 @@ def same_weights(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """An uninterrupted FAST run: the reference for every interrupted one below."""
+    out = str(tmp_path_factory.mktemp("straight") / "run")
+    assert run_taco(FAST + ["--out", out]) == 0
+    return out
+
+
+def metrics_of(out):
+    return [(r["step"], r.get("loss"), r.get("eval_mlm_loss")) for r in map(json.loads, open(os.path.join(out, "metrics.jsonl")))]
+
+
 def test_short_run_learns_and_writes_its_directory(tmp_path):
     out = str(tmp_path / "run")
     assert run_taco(FAST + ["--steps", "40", "--out", out]) == 0
@@ -485,9 +499,8 @@ def test_short_run_learns_and_writes_its_directory(tmp_path):
     assert taco.latest_checkpoint(out).endswith("ckpt_00000040.pt")
 
 
-def test_resume_is_bit_for_bit(tmp_path):
-    straight, crashed = str(tmp_path / "straight"), str(tmp_path / "crashed")
-    assert run_taco(FAST + ["--out", straight]) == 0
+def test_resume_is_bit_for_bit(straight, tmp_path):
+    crashed = str(tmp_path / "crashed")
     shutil.copytree(straight, crashed)  # as if the run had died right after step 8's checkpoint
     for name in os.listdir(crashed):
         if name.startswith(("ckpt_00000012", "ckpt_00000016")):
@@ -576,11 +589,26 @@ def test_nonfinite_loss_stops_or_skips(tmp_path, monkeypatch, capsys):
 BAD_TACO_ARGS = [
     (["--size", "huge"], "invalid choice"),
     (["--objective", "bert"], "invalid choice"),
-    (["--max_len", "1024"], "--max_len must be between 8 and 512"),
-    (["--negatives", "0"], "--negatives must be >= 1"),
-    (["--window", "1"], "--window is W, the width of the window"),
+    # every numeric flag has a range (cli.int_range / float_range); NaN and inf never pass
+    (["--max_len", "1024"], "argument --max_len: 1024 is not in [8, 512]"),
+    (["--negatives", "0"], "argument --negatives: 0 is not in [1, inf)"),
+    (["--lr", "-1"], "argument --lr: -1 is not in (0, inf)"),
+    (["--lr", "nan"], "argument --lr: nan is not in"),
+    (["--clip", "-1"], "argument --clip: -1 is not in (0, inf)"),
+    (["--eval_blocks", "-1"], "argument --eval_blocks: -1 is not in [0, inf)"),
+    (["--tc_weight", "nan"], "argument --tc_weight: nan is not in [0, inf)"),
+    (["--temperature", "inf"], "argument --temperature: inf is not in (0, inf)"),
+    (["--mlm_probability", "1"], "argument --mlm_probability: 1 is not in (0, 1)"),
+    (["--steps", "1.5"], "argument --steps: expected an integer, got '1.5'"),
+    (["--seed", "-1"], "argument --seed: -1 is not in [0, 4294967295]"),
+    (["--keep_last", "0"], "argument --keep_last: 0 is not in [1, inf)"),
+    (["--window", "1"], "argument --window: 1 is not in [2, inf)"),
+    (["--device", "gpu"], "--device gpu: expected cpu, cuda or cuda:N"),
+    (["--device", "mps"], "only cpu and cuda"),
+    *([(["--device", "cuda"], "sees no CUDA device")] if not torch.cuda.is_available() else []),
     (["--negatives", "500"], "exceeds the 224 tokens"),
     (["--device_batch_size", "1"], "--device_batch_size must be >= 2"),
+    (["--device_batch_size", "0"], "argument --device_batch_size: 0 is not in [1, inf)"),
     (["--batch_size", "12", "--device_batch_size", "8"], "not a multiple of --device_batch_size"),
     (["--data", "/nonexistent/corpus.txt", "--vocab", "toy"], "nonexistent"),
     (["--vocab", "/nonexistent/vocab.txt"], "nonexistent"),
@@ -594,7 +622,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
     out = tmp_path / "run"
     assert run_taco(FAST + ["--out", str(out)] + extra) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
     assert not out.exists()  # nothing half-written
 
 
@@ -666,6 +694,168 @@ def test_keep_last_rotation(tmp_path):
         "ckpt_00000012.json", "ckpt_00000012.pt", "ckpt_00000016.json", "ckpt_00000016.pt"]
 
 
+# ----------------------------------------------------------------------------- robustness (docs/robustness.md)
+
+def test_torn_and_invalid_run_files_still_resume_exactly(straight, tmp_path, capsys):
+    """What a kill can leave (a torn metrics line, a truncated config.json, a manifest that is
+    valid JSON but not an object), and --vocab naming the run's own vocab.txt."""
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000016.*"))
+    with open(os.path.join(run, "ckpt_00000012.json"), "w") as f:
+        f.write("[]")  # -> falls back to step 8
+    with open(os.path.join(run, "config.json"), "r+") as f:
+        f.truncate(100)  # never read on --resume: the checkpoint holds the settings
+    with open(os.path.join(run, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 9, "loss": 3.')  # an append cut short
+    assert run_taco(FAST + ["--out", run, "--resume", "--force", "--vocab", os.path.join(run, "vocab.txt")]) == 0
+    err = capsys.readouterr().err
+    assert "skipping checkpoint" in err and "holds a JSON list, not an object" in err
+    assert "dropped its last line, cut short" in err
+    assert same_weights(final_weights(straight), final_weights(run))
+    assert metrics_of(straight) == metrics_of(run)
+    assert json.load(open(os.path.join(run, "config.json")))["args"]["steps"] == 16  # rewritten whole
+
+
+def test_project_files_tolerant_tail_strict_otherwise(tmp_path, capsys):
+    """cli.read_jsonl / read_json / append_jsonl: only a torn last line is forgiven."""
+    path = tmp_path / "m.jsonl"
+    for text, records, error in [('{"a": 1}\n{"a": 2}\n', 2, None), ('{"a": 1}\n{"a"', 1, None),
+                                 ('{"a": 1}\n\n{"a": 2}', 2, None), ('{"a"\n{"a": 2}\n', 0, "line 1 is not valid JSON"),
+                                 ('[1]\n', 0, "line 1 holds a JSON list"), ('{"a": 1}\n{"a": 2\n', 0, "line 2 is not")]:
+        path.write_text(text)
+        if error:
+            with pytest.raises(cli.UsageError, match=error):
+                cli.read_jsonl(str(path))
+        else:
+            assert len(cli.read_jsonl(str(path))) == records
+    for text, error in [("[]", "holds a JSON list, not an object"), ('{"a": ', "not valid JSON"), ("7", "JSON int")]:
+        path.write_text(text)
+        with pytest.raises(cli.UsageError, match=error):
+            cli.read_json(str(path))
+    path.write_text('{"a": 1}\n{"a": 2')  # torn: an append after it must not glue to it
+    cli.append_jsonl(str(path), {"a": 3})
+    assert path.read_text() == '{"a": 1}\n{"a": 3}\n'
+
+
+ENTRY_POINT_MISTAKES = [  # (script, argv, message): refused before any work, one line, exit 2
+    ("finetune", ["--batch_size", "0"], "argument --batch_size: 0 is not in [1, inf)"),
+    ("finetune", ["--lrs", "1e-4,nan"], "argument --lrs: nan is not in (0, inf)"),
+    ("finetune", ["--seeds", "1,x"], "argument --seeds: expected an integer, got 'x'"),
+    ("finetune", ["--warmup", "-1"], "argument --warmup: -1 is not in [0, inf)"),
+    ("finetune", ["--out", "{file}"], "is a file; pass a folder"),
+    ("finetune", ["--device", "tpu"], "expected cpu, cuda or cuda:N"),
+    ("finetune", ["--model", "{fifo}"], "is not a regular file"),
+    ("analyze", ["--json", "{dir}"], "--json {dir} is a folder; pass a file"),
+    ("analyze", ["--eval_blocks", "1"], "argument --eval_blocks: 1 is not in [2, inf)"),
+    ("analyze", ["--pairs", "{fifo}"], "is not a regular file"),
+    ("analyze", ["--pairs", "{loop}"], "Too many levels of symbolic links"),
+    ("study", ["--threads", "-1"], "argument --threads: -1 is not in [0, inf)"),
+    ("study", ["--ft_lr", "inf"], "argument --ft_lr: inf is not in (0, inf)"),
+    ("study", ["--out", "{file}"], "is a file; pass a folder"),
+    ("study", ["--plot", "{dir}"], "is a folder; pass a file"),
+    ("bench", ["--steps", "0"], "argument --steps: 0 is not in [1, inf)"),
+    ("bench", ["--peak_tflops", "nan"], "argument --peak_tflops: nan is not in (0, inf)"),
+    ("bench", ["--device", "mps"], "only cpu and cuda"),
+    ("data", ["--bench", "{fifo}", "--vocab", "toy"], "is not a regular file"),
+    ("data", ["--bench", "{dir}", "--vocab", "toy"], "is a folder, not a file"),
+    ("data", ["--data", "toy", "--num_proc", "0"], "argument --num_proc: 0 is not in [1, inf)"),
+    ("data", [], "pass --data or --bench"),
+]
+
+
+@pytest.mark.parametrize("script,argv,message", ENTRY_POINT_MISTAKES)
+def test_every_entry_point_answers_mistakes_alike(script, argv, message, tmp_path, capsys):
+    import importlib
+    paths = {"file": tmp_path / "afile", "dir": tmp_path / "adir", "fifo": tmp_path / "fifo", "loop": tmp_path / "loop"}
+    paths["file"].write_text("x")
+    paths["dir"].mkdir()
+    os.mkfifo(paths["fifo"])
+    os.symlink(paths["loop"], paths["loop"])
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(script).main([a.format(**paths) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert message.format(**paths) in err
+    assert sorted(os.listdir(tmp_path)) == ["adir", "afile", "fifo", "loop"] and not os.listdir(paths["dir"])
+
+
+@pytest.mark.parametrize("raised,code,stderr", [
+    (cli.UsageError("bad flag\nspread over lines"), 2, "error: bad flag spread over lines\n"),
+    (PermissionError(13, "Permission denied", "/x/y"), 2, "error: Permission denied: /x/y\n"),
+    (FloatingPointError("loss is nan"), 3, "error: loss is nan\n"),
+    (cli.Interrupted(15, "stopped by SIGTERM"), 143, "stopped by SIGTERM\n"),
+    (KeyboardInterrupt(), 130, "interrupted\n"),
+])
+def test_the_one_error_path(raised, code, stderr, capsys):
+    """cli.errors(), around every script's main: one line on stderr, a documented exit code."""
+    with pytest.raises(SystemExit) as exit_info, cli.errors():
+        raise raised
+    assert exit_info.value.code == code and capsys.readouterr().err == stderr
+
+
+def test_finished_run_is_left_alone(straight, capsys):
+    config = os.path.join(straight, "config.json")
+    before = (open(config).read(), os.stat(config).st_mtime_ns)
+    assert run_taco(FAST + ["--out", straight, "--resume"]) == 0
+    assert "already at step 16" in capsys.readouterr().out
+    assert (open(config).read(), os.stat(config).st_mtime_ns) == before
+
+
+def test_one_run_per_out(tmp_path, capsys):
+    """A live run's lock refuses a second run; a dead owner's lock (kill -9) is taken over."""
+    out = str(tmp_path / "run")
+    with cli.RunLock(out):  # as another run would hold it
+        assert run_taco(FAST + ["--steps", "2", "--out", out]) == 2
+        assert "is in use by another run (process" in capsys.readouterr().err
+    assert not os.path.exists(out)  # the lock holder created it and left nothing
+    os.makedirs(out)
+    with open(os.path.join(out, ".lock"), "w") as f:
+        f.write("999999 on elsewhere\n")  # a killed run's lock: its flock died with it
+    assert run_taco(FAST + ["--steps", "2", "--out", out]) == 0
+    assert "taking over the lock of process 999999 on elsewhere" in capsys.readouterr().err
+    assert open(os.path.join(out, ".lock")).read() == ""  # released
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_stops_and_resumes_exactly(sig, straight, tmp_path, monkeypatch, capsys):
+    """A real signal during step 10 of a run resumed at 8: the step finishes, a checkpoint is
+    saved, exit 128 + signal; --resume then ends where an uninterrupted run does."""
+    def signalled_get_lr(step, *args):
+        if step == 9:
+            os.kill(os.getpid(), sig)
+        return get_lr(step, *args)
+
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
+    monkeypatch.setattr(taco, "get_lr", signalled_get_lr)
+    assert run_taco(FAST + ["--out", run, "--resume"]) == 128 + sig
+    err = capsys.readouterr().err
+    assert f"stopped by {sig.name} after step 10: saved" in err and "--resume" in err and "Traceback" not in err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    monkeypatch.setattr(taco, "get_lr", get_lr)
+    assert run_taco(FAST + ["--out", run, "--resume"]) == 0
+    assert "resumed at step 10" in capsys.readouterr().out
+    assert same_weights(final_weights(straight), final_weights(run))
+
+
+def test_paths_that_are_not_regular_files(tmp_path, capsys):
+    """FIFOs (a read would block forever), symlink loops, folders: one line each, no hang."""
+    os.mkfifo(tmp_path / "fifo.txt")
+    os.symlink(tmp_path / "loop.txt", tmp_path / "loop.txt")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.txt").write_text("some text\n")
+    os.mkfifo(tmp_path / "folder" / "b.txt")
+    for extra, message in [(["--data", str(tmp_path / "fifo.txt")], "is not a regular file"),
+                           (["--data", str(tmp_path / "loop.txt")], "Too many levels of symbolic links"),
+                           (["--data", str(tmp_path / "folder")], "b.txt is not a regular file"),
+                           (["--vocab", str(tmp_path / "fifo.txt")], "vocab file"),
+                           (["--vocab", str(tmp_path / "loop.txt")], "cannot be read")]:
+        assert run_taco(FAST + ["--out", str(tmp_path / "run"), "--vocab", "toy"] + extra) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+        assert not (tmp_path / "run").exists()
+
+
 def taco_cmd(*args):
     return [sys.executable, os.path.join(HERE, "taco.py"), *FAST, *args]
 
@@ -675,13 +865,12 @@ def torchrun_cmd(*args, restarts=0):
             f"--max_restarts={restarts}", os.path.join(HERE, "taco.py"), *FAST, "--device", "cpu", *args]
 
 
-def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
+def test_kill_9_at_random_moments_then_resume_is_exact(straight, tmp_path):
     """SIGKILL a real training process several times (saves every step), resume each time."""
     import random
     import time
-    straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
+    killed = str(tmp_path / "killed")
     common = ["--save_every", "1", "--keep_last", "2"]
-    subprocess.run(taco_cmd("--out", straight, *common), check=True, capture_output=True)
     rng = random.Random(0)
     for attempt in range(3):
         resume = ["--resume"] if taco.latest_checkpoint(killed) else ["--force"]
@@ -699,17 +888,43 @@ def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
     assert same_weights(final_weights(straight), final_weights(killed))
 
 
-def test_torchrun_two_processes_and_restart_after_a_crash(tmp_path):
-    """DDP on 2 CPU processes (gloo); a worker crashing at step 6 is restarted by torchrun,
-    resumes from the step-4 checkpoint, and ends with the weights of an uninterrupted run."""
-    straight, crashed = str(tmp_path / "straight"), str(tmp_path / "crashed")
+# Faults come from outside taco.py: this wrapper patches taco.get_lr (called once per step,
+# with the step) to crash or signal one worker, then runs taco.main as `python taco.py` would.
+FAULTY_TACO = """
+import os, signal, sys
+sys.path.insert(0, {here!r})
+import taco
+get_lr, attempt, rank = taco.get_lr, os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+
+def faulty_get_lr(step, *args):
+    if rank == "1" and attempt == "0" and step == 6:
+        os._exit(13)  # a worker dies: torchrun restarts both, which resume from step 4
+    if rank == "1" and attempt == "1" and step == 9:
+        os.kill(os.getpid(), signal.SIGTERM)  # one worker is told to stop: both save and stop after step 10
+    return get_lr(step, *args)
+
+taco.get_lr = faulty_get_lr
+taco.main()
+"""
+
+
+def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path):
+    """DDP on 2 CPU processes (gloo). A worker crashing at step 6 is restarted by torchrun and
+    resumes from the step-4 checkpoint; SIGTERM to one worker then stops both after the same
+    step, with a checkpoint, from which torchrun's next restart resumes; the run ends with the
+    weights of an uninterrupted one."""
+    straight, faulty = str(tmp_path / "straight"), str(tmp_path / "faulty")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run(torchrun_cmd("--out", straight), env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert taco.latest_checkpoint(straight).endswith("ckpt_00000016.pt")
     assert json.load(open(os.path.join(straight, "config.json")))["world_size"] == 2
-    env.update(TACO_TEST_CRASH_STEP="6", TACO_TEST_CRASH_RANK="1")
-    r = subprocess.run(torchrun_cmd("--out", crashed, restarts=1), env=env, capture_output=True, text=True)
+    wrapper = tmp_path / "faulty_taco.py"
+    wrapper.write_text(FAULTY_TACO.format(here=HERE))
+    cmd = torchrun_cmd("--out", faulty, restarts=2)
+    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-6000:]
-    assert "resumed at step 4" in r.stdout
-    assert same_weights(final_weights(straight), final_weights(crashed))
+    assert "resumed at step 4" in r.stdout and "resumed at step 10" in r.stdout
+    assert "stopped by SIGTERM after step 10: saved" in r.stderr
+    assert same_weights(final_weights(straight), final_weights(faulty))
