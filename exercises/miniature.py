@@ -87,9 +87,10 @@ def finetune_score(run, seed=1, train_pairs=1000, epochs=2, max_len=64, dev_pair
     args.rank, args.world, args.source, args.pad_id = 0, 1, source, tok.pad_id
     args.device, args.dtype, args.autocast = torch.device("cpu"), "fp32", contextlib.nullcontext()
     task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(), "glue")
-    data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), max_len) for s in ("train", "dev")}
-    for split, n in (("train", train_pairs), ("dev", dev_pairs)):
-        data[split] = {k: v[:n] if v is not None else None for k, v in data[split].items()}
+    data = {}
+    for split, n in (("train", train_pairs), ("dev", dev_pairs)):  # cut first, then tokenise
+        pairs = finetune.load_split(task, split, glue)
+        data[split] = finetune.encode(tok, {k: v[:n] if v is not None else None for k, v in pairs.items()}, max_len)
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
         record, _ = finetune.run_one(task, data, config, weights, args, 5e-4, 32, epochs, seed)
     with open(cached, "w") as f:

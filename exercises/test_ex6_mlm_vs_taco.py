@@ -1,5 +1,4 @@
 """Checks of exercise 6 (reading speed-ups off curves) on hand-made curves, and a short run of the miniature."""
-import pytest
 
 from exercises._check import call, expect
 

@@ -1,5 +1,4 @@
 """Checks of exercise 7 (freezing and untying the embeddings) on a one-layer BERT, one AdamW step."""
-import pytest
 import torch
 import torch.nn.functional as F
 
