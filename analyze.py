@@ -24,6 +24,7 @@ For distances the score is inter - intra, so for every metric a positive score m
 tokens of one context are closer to each other than to tokens of other contexts.
 """
 import argparse
+import json
 import math
 import os
 
