@@ -936,9 +936,12 @@ def test_kill_9_at_random_moments_then_resume_is_exact(straight, tmp_path):
     killed = str(tmp_path / "killed")
     common = ["--save_every", "1", "--keep_last", "2"]
     rng = random.Random(0)
+    # CPU results depend on the thread count, and other tests may have changed this process's
+    # (study.py --threads): the subprocesses use the one `straight` was trained with.
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     for attempt in range(3):
         resume = ["--resume"] if taco.latest_checkpoint(killed) else ["--force"]
-        proc = subprocess.Popen(taco_cmd("--out", killed, *common, *resume),
+        proc = subprocess.Popen(taco_cmd("--out", killed, *common, *resume), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 60
         while not taco.list_checkpoints(killed) and time.time() < deadline and proc.poll() is None:
@@ -947,7 +950,7 @@ def test_kill_9_at_random_moments_then_resume_is_exact(straight, tmp_path):
         proc.kill()
         proc.wait()
     assert taco.latest_checkpoint(killed) is not None
-    done = subprocess.run(taco_cmd("--out", killed, *common, "--resume"), capture_output=True, text=True)
+    done = subprocess.run(taco_cmd("--out", killed, *common, "--resume"), env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert same_weights(final_weights(straight), final_weights(killed))
 

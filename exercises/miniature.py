@@ -84,6 +84,8 @@ def finetune_score(run, seed=1, train_pairs=1000, epochs=2, max_len=64, dev_pair
     config, weights, vocab, source = finetune.load_pretrained(run)
     tok = load_tokenizer(vocab)
     args = finetune.get_args(["--max_len", str(max_len)])
+    for k, v in finetune.ft_recipe(config).items():  # warm-up and weight decay of the toy recipe
+        setattr(args, k, v)
     args.rank, args.world, args.source, args.pad_id = 0, 1, source, tok.pad_id
     args.device, args.dtype, args.autocast = torch.device("cpu"), "fp32", contextlib.nullcontext()
     task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(), "glue")
