@@ -391,14 +391,19 @@ def _write_toy(out, rng, n_docs=3000, n_pairs=(4000, 1000, 1000), n_sim=200):
 def toy_corpus(cache_dir=None, seed=0):
     """Directory with vocab.txt, train.txt, glue/{train,dev,test}.tsv and wordsim.txt, generated
     once per (seed, TOY_VERSION) and published atomically (temp dir + rename)."""
-    root = Path(cache_dir or default_cache_dir())
-    final = root / f"toy-v{TOY_VERSION}-seed{seed}"
+    final = Path(cache_dir or default_cache_dir()) / f"toy-v{TOY_VERSION}-seed{seed}"
+    return _generate_once(final, lambda tmp: _write_toy(tmp, random.Random(seed)))
+
+
+def _generate_once(final, write):
+    """The folder `final`, filled by write(folder) the first time: in a temp folder beside it,
+    then renamed into place, so a reader never sees half of it."""
     if final.is_dir():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".toy-", dir=root))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
-        _write_toy(tmp, random.Random(seed))
+        write(tmp)
         os.rename(tmp, final)
     except OSError:
         if not final.is_dir():  # a concurrent process that won the race is fine
@@ -444,21 +449,8 @@ def toy_sentence_eval(cache_dir=None, seed=0):
     """Directory with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and
     sts.tsv (sentence1, sentence2, score), generated from the toy grammar with a random stream of
     its own (the toy corpus and its numbers are untouched), published atomically."""
-    root = Path(cache_dir or default_cache_dir())
-    final = root / f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}"
-    if final.is_dir():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".toy-eval-", dir=root))
-    try:
-        _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}"))
-        os.rename(tmp, final)
-    except OSError:
-        if not final.is_dir():  # a concurrent process that won the race is fine
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    final = Path(cache_dir or default_cache_dir()) / f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}"
+    return _generate_once(final, lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
 
 
 # ----------------------------------------------------------------------------- corpora
