@@ -207,7 +207,8 @@ class PretrainedMixin:
 
 
 class Bert(PretrainedMixin, nn.Module):
-    """The encoder. forward -> (h, e): last-layer hidden states and embedding-layer output."""
+    """The encoder. forward -> (h, e): last-layer hidden states and embedding-layer output;
+    e is returned because TACO's loss works on g = h - e (taco.tc_loss)."""
 
     def __init__(self, config):
         super().__init__()

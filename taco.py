@@ -73,10 +73,10 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
                              "raise --device_batch_size")
         pos = sample_positives(pool, window, generator)[mine]  # (B, T): j, near i in its sequence
         neg = sample_negatives(pool, num_negatives, generator)[mine]  # (B, T, K): k, in other sequences
-        cols = torch.cat([pos[..., None], neg], -1).reshape(B * T, -1)  # (N, 1+K), the positive first
+        cols = torch.cat([pos[..., None], neg], -1).reshape(B * T, -1)  # (B*T, 1+K), the positive first
         cos = SampledCosines.apply(z, keys, cols) if fast else torch.einsum("nh,njh->nj", z, keys[cols])
         target = torch.zeros(B * T, dtype=torch.long, device=h.device)  # the positive is class 0
-        loss = F.cross_entropy(cos / temperature, target, reduction="none")  # Eq. 4: InfoNCE, (N,)
+        loss = F.cross_entropy(cos / temperature, target, reduction="none")  # Eq. 4: InfoNCE, (B*T,)
         weight = anchors.reshape(-1).float()  # the mean over anchors, by weights: no host sync on GPU
         return (loss * weight).sum() / weight.sum()
 
@@ -384,7 +384,7 @@ def get_args(argv=None):
     p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=None,
                    help="fraction of tokens masked (default 0.15; 0.3 for retromae, whole words)")
     p.add_argument("--predict_all", action="store_true", help="MLM+TP ablation: add a token-prediction loss, "
-                   "the mean over the unmasked tokens, to MLM's mean over the masked ones")
+                   "the mean over the other non-special tokens, to MLM's mean over the chosen ones")
     p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
                    "Hugging Face directory (weights only: new optimizer and schedule; the model size is the init's)")
     # RetroMAE (--objective retromae)
@@ -722,7 +722,7 @@ def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None
     tacl: MLM + lambda * TaCL, logged as tc; `teacher` reads the unmasked `ids`.
 
     With tp_labels (--predict_all), the MLM+TP ablation adds a token-prediction loss, the mean
-    over the unmasked tokens, to MLM's mean over the masked ones: loss = MLM + TP (+ lambda TC).
+    over the other non-special tokens, to MLM's mean over the chosen ones: loss = MLM + TP (+ lambda TC).
     retromae: (L_enc + L_dec, L_enc, L_dec, 0), `anchors` being its DecoderInputs.
     """
     if args.objective == "retromae":
