@@ -1,5 +1,6 @@
 """Tests for TaCL (--objective tacl): the loss, the frozen teacher, per-layer self-similarity.
 python -m pytest -q test_tacl.py"""
+import importlib.util
 import json
 import math
 import os
@@ -15,8 +16,9 @@ import taco
 from data import load_tokenizer
 from model import Bert, BertConfig, BertForPreTraining
 from taco import tacl_loss
-
 from test_taco import FAST, cache_dir, run_taco  # noqa: F401 (cache_dir: the session's toy corpus, autouse)
+
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -243,8 +245,13 @@ def test_self_similarity_per_layer_matches_a_loop_over_pairs():
 def test_heatmap_png_or_a_note_without_matplotlib(tmp_path, monkeypatch, capsys, init_run):
     png = tmp_path / "h.png"
     result = analyze.main(["--model", init_run, "--eval_blocks", "8", "--batch_size", "4", "--heatmap", str(png)])
-    assert png.stat().st_size > 0 and len(result["self_similarity"]) == 2
-    assert "self-similarity per layer (TaCL): 1 " in capsys.readouterr().out
+    assert len(result["self_similarity"]) == 2
+    out = capsys.readouterr().out
+    assert "self-similarity per layer (TaCL): 1 " in out
+    if HAVE_MATPLOTLIB:  # matplotlib is optional: without it the run says how to get the picture
+        assert png.stat().st_size > 0
+    else:
+        assert "pip install matplotlib" in out and not png.exists()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     analyze.plot_heatmaps({"x": torch.eye(3).numpy()}, ["[CLS]", "a", "[SEP]"], str(tmp_path / "none.png"))
     assert "pip install matplotlib" in capsys.readouterr().out and not (tmp_path / "none.png").exists()
@@ -260,6 +267,7 @@ def test_study_tacl_miniature_smoke(tmp_path, capsys):
     assert all(len(r["self_similarity"]) == 2 for r in rows)
     config = json.load(open(out / "tacl" / "config.json"))
     assert config["init"]["source"].endswith("ckpt_00000004.pt") and config["args"]["weight_decay"] == 0
-    assert "| tacl | 2 |" in (out / "tacl_table.md").read_text() and (out / "tacl_heatmap.png").exists()
+    assert "| tacl | 2 |" in (out / "tacl_table.md").read_text()
+    assert (out / "tacl_heatmap.png").exists() == HAVE_MATPLOTLIB
     study.main(argv)
     assert capsys.readouterr().out.count("reusing the finished run") == 3
