@@ -20,7 +20,6 @@ from it, the per-device batch and the world size, so every launch above optimise
 import argparse
 import contextlib
 import hashlib
-import math
 import os
 import signal
 import sys
