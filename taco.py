@@ -905,8 +905,9 @@ def train(args, cleanup):
             if world > 1:  # all-reduce the gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == accum - 1
             with autocast:
+                unmasked = ids.to(device, non_blocking=True) if teacher is not None else None  # TaCL's teacher reads it
                 loss, mlm, tc, tp = compute_loss(model, inputs, labels, anchors, args, dev_gen, tp_labels,
-                                                 ids.to(device, non_blocking=True), teacher)
+                                                 unmasked, teacher)
             scaler.scale(loss / accum).backward()
             sums += torch.stack([loss, mlm, tc, tp]).detach().float() / accum
         scaler.unscale_(optimizer)
