@@ -10,8 +10,7 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
     python taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --standalone --nproc_per_node=8 taco.py --size base --data wikipedia,bookcorpus --out runs/base
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_backend=c10d \
-        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base \
-        --device_batch_size 40   # 1,280 / 16 processes = 80 = 2 micro-steps of 40
+        --rdzv_endpoint=HOST:29500 taco.py --size base --data wikipedia,bookcorpus --out runs/base
     # (the same on the second node with --node_rank=1)
 
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
@@ -411,7 +410,9 @@ def get_args(argv=None):
     p.add_argument("--warmup", type=int_range(0), default=None, help="linear warm-up steps (default: from --size)")
     p.add_argument("--batch_size", type=int_range(1), default=None,
                    help="global batch in sequences (default: from --size)")
-    p.add_argument("--device_batch_size", type=int_range(1), default=32, help="sequences per device per micro-step")
+    p.add_argument("--device_batch_size", type=int_range(1), default=32,
+                   help="the most sequences per device per micro-step: the largest divisor of the "
+                        "per-process batch up to this")
     p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
                    help="peak learning rate (default: from --size)")
     p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
@@ -463,13 +464,15 @@ def check_args(args, world_size):
     if args.batch_size % world_size:
         raise UsageError(f"--batch_size {args.batch_size} is not divisible by the {world_size} processes")
     per_rank = args.batch_size // world_size
-    dbs = min(args.device_batch_size, per_rank)
-    if per_rank % dbs:
-        raise UsageError(f"the per-process batch {per_rank} is not a multiple of --device_batch_size {dbs}")
+    # the micro-batch: the largest divisor of the per-process batch up to --device_batch_size
+    # (1,280 sequences on 16 processes: 80 each, in micro-batches of 20 under the default 32)
+    dbs = max(d for d in range(1, min(args.device_batch_size, per_rank) + 1) if per_rank % d == 0)
     pool = dbs * (world_size if args.negatives_from == "global" else 1)  # sequences negatives come from
     if args.objective == "taco" and pool < 2:
         raise UsageError("TACO draws negatives from other sequences of the device batch: "
-                         "--device_batch_size must be >= 2")
+                         + ("--device_batch_size must be >= 2" if dbs == args.device_batch_size else
+                            f"no divisor of the per-process batch {per_rank} between 2 and --device_batch_size "
+                            f"{args.device_batch_size}; change --batch_size or --device_batch_size"))
     if args.objective == "taco" and args.negatives > (pool - 1) * args.max_len:
         raise UsageError(f"--negatives {args.negatives} exceeds the {(pool - 1) * args.max_len} tokens "
                          f"of the other sequences in a device batch; lower it or raise --device_batch_size")

@@ -673,12 +673,26 @@ BAD_TACO_ARGS = [
     (["--negatives", "500"], "exceeds the 224 tokens"),
     (["--device_batch_size", "1"], "--device_batch_size must be >= 2"),
     (["--device_batch_size", "0"], "argument --device_batch_size: 0 is not in [1, inf)"),
-    (["--batch_size", "12", "--device_batch_size", "8"], "not a multiple of --device_batch_size"),
+    (["--batch_size", "7", "--device_batch_size", "6"], "no divisor of the per-process batch 7 between 2"),
     (["--data", "/nonexistent/corpus.txt", "--vocab", "toy"], "nonexistent"),
     (["--vocab", "/nonexistent/vocab.txt"], "nonexistent"),
     (["--warmup", "100"], "--warmup must be between 0 and --steps"),
     (["--unknown_flag"], "unrecognized arguments"),
 ]
+
+
+@pytest.mark.parametrize("batch,world,asked,micro", [
+    (1280, 16, 32, 20), (1280, 8, 32, 32), (1280, 64, 32, 20), (1280, 32, 32, 20), (1280, 16, 40, 40),
+    (12, 1, 8, 6), (8, 1, 32, 8), (30, 2, 4, 3), (1280, 1, 1000, 640),
+])
+def test_device_batch_is_the_largest_divisor_up_to_the_flag(batch, world, asked, micro):
+    """Any world size works without the flag: the micro-batch rounds down to a divisor of the
+    per-process batch, so the global batch (and the optimisation) is what the command says."""
+    args = taco.get_args(["--batch_size", str(batch), "--device_batch_size", str(asked)])
+    accum = taco.check_args(args, world)
+    assert args.device_batch_size == micro and world * accum * micro == batch
+    per_rank = batch // world  # the naive rule: the largest d <= asked with per_rank % d == 0
+    assert micro == next(d for d in range(min(asked, per_rank), 0, -1) if per_rank % d == 0)
 
 
 @pytest.mark.parametrize("extra,message", BAD_TACO_ARGS)
