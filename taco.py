@@ -49,7 +49,7 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
     h: last-layer hidden states (B, T, H); e: embedding-layer output (B, T, H);
     attention_mask: (B, T), 1 = real token (None: all real, as in packed pre-training blocks);
     positions: optional (B, T) bool restricting the anchors (e.g. masked tokens only);
-    fast: the cosines by `SampledCosines` (below) instead of the einsum; the same numbers;
+    fast: the cosines by `SampledCosines` (below) instead of normalize + einsum; the same numbers;
     group: a torch.distributed group whose ranks pool their micro-batches for negatives (every
     rank must pass a generator in the same state); None: negatives from this micro-batch.
     """
@@ -72,7 +72,10 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
         pos = sample_positives(pool, window, generator)[mine]  # (B, T): j, near i in its sequence
         neg = sample_negatives(pool, num_negatives, generator)[mine]  # (B, T, K): k, in other sequences
         cols = torch.cat([pos[..., None], neg], -1).reshape(B * T, -1)  # (B*T, 1+K), the positive first
-        cos = SampledCosines.apply(z, keys, cols) if fast else torch.einsum("nh,njh->nj", z, keys[cols])
+        if fast:  # the same cosines at linear cost, normalising g itself (below)
+            cos = SampledCosines.apply(g.reshape(B * T, H), keys, cols)
+        else:
+            cos = torch.einsum("nh,njh->nj", z, keys[cols])  # z_i . z_j for each j in cols: (B*T, 1+K)
         target = torch.zeros(B * T, dtype=torch.long, device=h.device)  # the positive is class 0
         loss = F.cross_entropy(cos / temperature, target, reduction="none")  # Eq. 4: InfoNCE, (B*T,)
         weight = anchors.reshape(-1).float()  # the mean over anchors, by weights: no host sync on GPU
@@ -141,36 +144,48 @@ def gather_pool(keys, real, group):
 # ----------------------------------------------------------------------------- the fast similarity (a drop-in)
 
 class SampledCosines(torch.autograd.Function):
-    """out[n, j] = a[n] . keys[cols[n, j]], with a gradient to `a` only: tc_loss's
-    einsum("nh,njh->nj", a, keys[cols]) without its (N, 1+K, H) copy of keys (210 MB for
-    BERT-small at 16 x 128, 3.4 GB at 64 x 256), which the einsum writes, reads back and keeps
-    for the backward. The forward takes the cheaper of two routes (`similarity_route`): the
-    sampled entries of a @ keys.T alone (a sampled dense-dense product, torch.sparse.sampled_addmm),
-    or the whole product, a chunk of anchors at a time, then a pick. The backward,
-    d/da[n] = sum_j grad[n, j] keys[cols[n, j]], is a weighted sum of rows of keys
-    (embedding_bag). Equal to the einsum to float rounding (test_speed.py); keys must be detached.
+    """out[n, j] = cos(g[n], keys[cols[n, j]]) for unit-length keys, with a gradient to `g` only:
+    tc_loss's F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the
+    einsum's (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256),
+    which it writes, reads back and keeps for the backward.
+
+    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`similarity_route`):
+    the sampled entries of g @ keys.T alone (a sampled dense-dense product,
+    torch.sparse.sampled_addmm), or the whole product, a chunk of anchors at a time, then a pick;
+    divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
+    embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
+        d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
+    one pass over g where F.normalize's own backward takes several. Equal to the plain form to
+    float rounding (test_speed.py); keys must be detached.
     """
 
     @staticmethod
-    def forward(ctx, a, keys, cols):
+    def forward(ctx, g, keys, cols):
         if ctx.needs_input_grad[1]:
             raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
-        ctx.save_for_backward(keys, cols)
+        inv = 1 / g.norm(dim=1).clamp_min(1e-12)  # 1 / |g[n]|, with F.normalize's floor
         n, j = cols.shape
-        if similarity_route(n, len(keys), j, a.shape[1])[0] == "product":  # <= 1M cosines (4 MB) per chunk
+        if similarity_route(n, len(keys), j, g.shape[1])[0] == "product":  # <= 1M dots (4 MB) per chunk
             step = max(1, 2 ** 20 // len(keys))
-            return torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(a.split(step), cols.split(step))])
-        with warnings.catch_warnings():  # "sparse CSR support is in beta"
-            warnings.simplefilter("ignore", UserWarning)
-            pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=a.device), cols.reshape(-1),
-                                              a.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
-            return torch.sparse.sampled_addmm(pattern, a, keys.T, beta=0.0).values().view(n, j)
+            dots = torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(g.split(step), cols.split(step))])
+        else:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=g.device), cols.reshape(-1),
+                                                  g.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
+                dots = torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
+        out = dots * inv[:, None]
+        ctx.save_for_backward(g, keys, cols, inv, out)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        keys, cols = ctx.saved_tensors
+        g, keys, cols, inv, out = ctx.saved_tensors
         with torch.autocast(keys.device.type, enabled=False):  # backward runs under the caller's autocast
-            return F.embedding_bag(cols, keys, per_sample_weights=grad.to(keys.dtype), mode="sum"), None, None
+            grad = grad.to(keys.dtype)
+            u = F.embedding_bag(cols, keys, per_sample_weights=grad, mode="sum")
+            s = (grad * out).sum(1) * inv  # s[n] / |g[n]|: then s[n] z[n] = this * g[n]
+            return u.addcmul_(g, s[:, None], value=-1).mul_(inv[:, None]), None, None
 
 
 PRODUCT_SPEEDUP = 16  # a matrix product does ~this many times more multiply-adds per second than sampled_addmm (CPU, measured)

@@ -71,8 +71,16 @@ def test_sampled_cosines_gradcheck(keys, device):
     cols = torch.randint(0, keys, (7, 4), device=device)
     cols[0] = cols[0, 0]  # the same row drawn several times
     assert similarity_route(7, keys, 4, 5)[0] == ("product" if keys == 12 else "sampled")
+    z = F.normalize(z, dim=-1)  # unit keys, as tc_loss passes them
     assert torch.autograd.gradcheck(lambda a: SampledCosines.apply(a, z, cols), (a,))
-    torch.testing.assert_close(SampledCosines.apply(a, z, cols), torch.einsum("nh,njh->nj", a, z[cols]))
+
+    def plain(a):  # tc_loss's plain form: normalise, then the einsum
+        return torch.einsum("nh,njh->nj", F.normalize(a, dim=-1), z[cols])
+
+    torch.testing.assert_close(SampledCosines.apply(a, z, cols), plain(a))
+    grad = torch.randn(7, 4, dtype=torch.double, device=device)
+    fast_grad, = torch.autograd.grad(SampledCosines.apply(a, z, cols), a, grad)
+    torch.testing.assert_close(fast_grad, torch.autograd.grad(plain(a), a, grad)[0])
     with pytest.raises(ValueError, match="detach"):  # it would silently drop z's gradient
         SampledCosines.apply(a, z.clone().requires_grad_(), cols)
 
