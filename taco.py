@@ -14,7 +14,7 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
     # (the same on the second node with --node_rank=1)
 
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
-from it, the per-device batch and the world size, so every launch above optimises alike.
+from it, the micro-batch and the world size, so every launch above takes the same optimizer steps.
 """
 import argparse
 import contextlib
@@ -155,7 +155,7 @@ class SampledCosines(torch.autograd.Function):
     divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
     embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
         d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
-    one pass over g where F.normalize's own backward takes several. Equal to the plain form to
+    two in-place passes over g where F.normalize's own backward takes about six. Equal to the plain form to
     float rounding (test_speed.py); keys must be detached.
     """
 
@@ -163,7 +163,7 @@ class SampledCosines(torch.autograd.Function):
     def forward(ctx, g, keys, cols):
         if ctx.needs_input_grad[1]:
             raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
-        inv = 1 / g.norm(dim=1).clamp_min(1e-12)  # 1 / |g[n]|, with F.normalize's floor
+        inv = 1 / g.norm(dim=1).clamp_min(1e-12)  # 1 / |g[n]|; F.normalize's floor (its backward differs below it)
         n, j = cols.shape
         if similarity_route(n, len(keys), j, g.shape[1])[0] == "product":  # <= 1M dots (4 MB) per chunk
             step = max(1, 2 ** 20 // len(keys))
@@ -426,8 +426,8 @@ def get_args(argv=None):
     p.add_argument("--batch_size", type=int_range(1), default=None,
                    help="global batch in sequences (default: from --size)")
     p.add_argument("--device_batch_size", type=int_range(1), default=32,
-                   help="the most sequences per device per micro-step: the largest divisor of the "
-                        "per-process batch up to this")
+                   help="at most this many sequences per device per micro-step (the largest divisor "
+                        "of the per-process batch up to this)")
     p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
                    help="peak learning rate (default: from --size)")
     p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
@@ -487,10 +487,11 @@ def check_args(args, world_size):
         raise UsageError("TACO draws negatives from other sequences of the device batch: "
                          + ("--device_batch_size must be >= 2" if dbs == args.device_batch_size else
                             f"no divisor of the per-process batch {per_rank} between 2 and --device_batch_size "
-                            f"{args.device_batch_size}; change --batch_size or --device_batch_size"))
+                            f"{args.device_batch_size}; change --batch_size or the number of processes, or "
+                            f"pass --negatives_from global"))
     if args.objective == "taco" and args.negatives > (pool - 1) * args.max_len:
         raise UsageError(f"--negatives {args.negatives} exceeds the {(pool - 1) * args.max_len} tokens "
-                         f"of the other sequences in a device batch; lower it or raise --device_batch_size")
+                         f"of the other sequences in a micro-batch of {dbs}; lower it or raise --device_batch_size")
     args.device_batch_size = dbs
     return per_rank // dbs
 
@@ -789,7 +790,12 @@ def train(args, cleanup):
     if world > 1:
         cleanup.callback(dist.destroy_process_group)
     master = rank == 0
+    asked = args.device_batch_size
     accum = check_args(args, world)
+    if master and args.device_batch_size < min(asked, args.batch_size // world):
+        print(f"warning: micro-batches of {args.device_batch_size} sequences, the largest divisor of the per-process "
+              f"batch {args.batch_size // world} up to --device_batch_size {asked}"
+              + ("; TACO's negatives come from them" if args.objective == "taco" else ""), file=sys.stderr)
     if master:  # one run per --out, taken before anything in it is read or written
         cleanup.enter_context(cli.RunLock(args.out))
     # torchrun --max_restarts relaunches crashed workers: they resume by themselves

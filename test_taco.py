@@ -687,12 +687,18 @@ BAD_TACO_ARGS = [
 ])
 def test_device_batch_is_the_largest_divisor_up_to_the_flag(batch, world, asked, micro):
     """Any world size works without the flag: the micro-batch rounds down to a divisor of the
-    per-process batch, so the global batch (and the optimisation) is what the command says."""
+    per-process batch, so the global batch is what the command says."""
     args = taco.get_args(["--batch_size", str(batch), "--device_batch_size", str(asked)])
     accum = taco.check_args(args, world)
     assert args.device_batch_size == micro and world * accum * micro == batch
-    per_rank = batch // world  # the naive rule: the largest d <= asked with per_rank % d == 0
-    assert micro == next(d for d in range(min(asked, per_rank), 0, -1) if per_rank % d == 0)
+
+
+def test_a_rounded_down_micro_batch_is_announced(tmp_path, capsys):
+    assert run_taco(FAST + ["--out", str(tmp_path / "run"), "--batch_size", "12", "--device_batch_size", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert ("warning: micro-batches of 6 sequences, the largest divisor of the per-process batch 12 up to "
+            "--device_batch_size 8; TACO's negatives come from them") in err
+    assert "batch 12 = 1 x 2 x 6" in out
 
 
 @pytest.mark.parametrize("extra,message", BAD_TACO_ARGS)
