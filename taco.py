@@ -155,8 +155,8 @@ class SampledCosines(torch.autograd.Function):
     divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
     embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
         d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
-    two in-place passes over g where F.normalize's own backward takes about six. Equal to the plain form to
-    float rounding (test_speed.py); keys must be detached.
+    two in-place passes over g where F.normalize's own backward takes about six. Equal to the
+    plain form to float rounding (test_speed.py); keys must be detached.
     """
 
     @staticmethod
@@ -491,7 +491,7 @@ def check_args(args, world_size):
                             f"pass --negatives_from global"))
     if args.objective == "taco" and args.negatives > (pool - 1) * args.max_len:
         raise UsageError(f"--negatives {args.negatives} exceeds the {(pool - 1) * args.max_len} tokens "
-                         f"of the other sequences in a micro-batch of {dbs}; lower it or raise --device_batch_size")
+                         f"of the {pool - 1} other sequences negatives come from; lower it or raise --device_batch_size")
     args.device_batch_size = dbs
     return per_rank // dbs
 
