@@ -1010,8 +1010,8 @@ def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path):
     assert json.load(open(os.path.join(straight, "config.json")))["world_size"] == 2
     wrapper = tmp_path / "faulty_taco.py"
     wrapper.write_text(FAULTY_TACO.format(here=HERE))
-    # Two restarts are planned (the crash, the SIGTERM); the third is a spare: once in ~7 runs a gloo worker
-    # aborted while exiting after a finished run, and torchrun then restarts it ("already at step 16").
+    # Two restarts are planned (the crash, the SIGTERM); the third is a spare: rarely a gloo worker aborts
+    # while exiting after its checkpoint is saved (docs/robustness.md), and torchrun then restarts it.
     cmd = torchrun_cmd("--out", faulty, "--negatives_from", "global", restarts=3)
     cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
