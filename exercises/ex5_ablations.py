@@ -7,8 +7,6 @@
 3. Measure:  python exercises/ex5_ablations.py      (6 miniature pre-trainings, see the page for the time)
    It prints each setting next to the baseline and marks your predictions (✓ / ✗).
 """
-import argparse
-import json
 import os
 import sys
 
@@ -79,29 +77,16 @@ def run(settings, out, seed, steps, ft_pairs, predictions):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Exercise 5: TACO's W, K, tau and lambda, measured against your predictions.")
+    import cli
+    from exercises.miniature import choose, driver_args
+    p = driver_args("Exercise 5: TACO's W, K, tau and lambda, measured against your predictions.")
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, from: " + ", ".join(SETTINGS))
-    p.add_argument("--seed", type=int, default=0, help="pre-training seed (the same for every setting)")
-    p.add_argument("--steps", type=int, default=None, help="pre-training steps (default: exercises/miniature.py's)")
-    p.add_argument("--ft_pairs", type=int, default=0, help="also fine-tune on this many toy pairs (0: no fine-tuning; "
-                   "after a miniature pre-training it stays at chance, see the page)")
-    p.add_argument("--out", default="runs/mini", help="where the runs go, one directory per setting and seed "
-                   "(finished ones are reused)")
-    p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
-    import taco
-    names = [s.strip() for s in args.settings.split(",") if s.strip()]
-    unknown = [s for s in names if s not in SETTINGS]
-    try:
-        if unknown or not names:
-            raise taco.UsageError(f"unknown setting {', '.join(unknown) or repr(args.settings)}; choose from {', '.join(SETTINGS)}")
+    with cli.errors():
+        names = choose(args.settings, SETTINGS, "setting")
         results = run(names, args.out, args.seed, args.steps, args.ft_pairs, PREDICTIONS)
-    except taco.UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        cli.write_json(args.json, results)
     return results
 
 

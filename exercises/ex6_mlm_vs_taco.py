@@ -7,7 +7,6 @@
    It prints both curves' numbers, the speed-up your functions compute, and draws
    runs/ex6/curves.png and runs/ex6/cosine.png (with matplotlib). The runs are shared with exercises 5 and 7.
 """
-import argparse
 import json
 import os
 import sys
@@ -38,20 +37,15 @@ def curve(run_dir, key):
 
 
 def main(argv=None, functions=None):
-    p = argparse.ArgumentParser(description="Exercise 6: the MLM vs TACO miniature.")
-    p.add_argument("--seed", type=int, default=0, help="pre-training seed (the same for both)")
-    p.add_argument("--steps", type=int, default=None, help="pre-training steps (default: exercises/miniature.py's)")
-    p.add_argument("--ft_pairs", type=int, default=0, help="also fine-tune on this many toy pairs (0: no fine-tuning; "
-                   "after a miniature pre-training it stays at chance, see the page)")
-    p.add_argument("--out", default="runs/mini", help="where the two runs go (finished ones are reused)")
-    p.add_argument("--pictures", default="runs/ex6", help="folder for curves.png and cosine.png")
-    p.add_argument("--json", default=None, help="also write the results to this file")
-    args = p.parse_args(argv)
+    import cli
     import taco
-    from exercises.miniature import finetune_score, pretrain, wordsim
+    from exercises.miniature import driver_args, finetune_score, pretrain, wordsim
+    p = driver_args("Exercise 6: the MLM vs TACO miniature.")
+    p.add_argument("--pictures", default="runs/ex6", help="folder for curves.png and cosine.png")
+    args = p.parse_args(argv)
     fns = functions or sys.modules[__name__]
     results = {}
-    try:
+    with cli.errors():
         for name, flags in (("mlm", ["--objective", "mlm"]), ("taco", [])):
             run_dir, r = pretrain(args.out, flags, args.seed, args.steps)
             results[name] = {"ctx": r["ctx_score"], "eval_mlm_loss": r["eval_mlm_loss"], "wall_s": r["wall_s"],
@@ -59,9 +53,6 @@ def main(argv=None, functions=None):
                              "finetuned": finetune_score(run_dir, train_pairs=args.ft_pairs) if args.ft_pairs else None,
                              "ctx_curve": curve(run_dir, "ctx_score"), "mlm_curve": curve(run_dir, "eval_mlm_loss"),
                              "run": run_dir}
-    except taco.UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
     print("step  | " + " | ".join(f"{n} ctx score, held-out MLM loss" for n in results))
     for (s, c1), (_, l1), (_, c2), (_, l2) in zip(*(results[n][k] for n in results for k in ("ctx_curve", "mlm_curve"))):
         print(f"{s:5d} | {c1:+.3f}, {l1:.3f} | {c2:+.3f}, {l2:.3f}")
@@ -88,8 +79,7 @@ def main(argv=None, functions=None):
     except taco.UsageError as err:
         print(f"note: no pictures ({err})")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        cli.write_json(args.json, results)
     return results
 
 

@@ -6,8 +6,6 @@ Fig. 4) and untied input / output embeddings (its Appendix B) (page: ex7_embeddi
 2. Predict, then measure (6 miniature pre-trainings with taco.py's own flags, see the page for the time):
        python exercises/ex7_embeddings.py
 """
-import argparse
-import json
 import os
 import sys
 
@@ -46,24 +44,14 @@ VARIANTS = {  # name -> taco.py flags (the objective is taco unless given)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Exercise 7: frozen and untied embeddings, MLM vs TACO.")
+    import cli
+    from exercises.miniature import choose, driver_args, finetune_score, pretrain, wordsim
+    p = driver_args("Exercise 7: frozen and untied embeddings, MLM vs TACO.")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
-    p.add_argument("--seed", type=int, default=0, help="pre-training seed (the same for every variant)")
-    p.add_argument("--steps", type=int, default=None, help="pre-training steps (default: exercises/miniature.py's)")
-    p.add_argument("--ft_pairs", type=int, default=0, help="also fine-tune on this many toy pairs (0: no fine-tuning; "
-                   "after a miniature pre-training it stays at chance, see exercise 5's page)")
-    p.add_argument("--out", default="runs/mini", help="where the runs go, one directory per variant and seed "
-                   "(finished ones are reused)")
-    p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
-    import taco
-    from exercises.miniature import finetune_score, pretrain, wordsim
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
     results = {}
-    try:
-        unknown = [v for v in names if v not in VARIANTS]
-        if unknown or not names:
-            raise taco.UsageError(f"unknown variant {', '.join(unknown) or repr(args.variants)}; choose from {', '.join(VARIANTS)}")
+    with cli.errors():
+        names = choose(args.variants, VARIANTS, "variant")
         print("| variant | ctx score | held-out MLM loss | wordsim ρ | fine-tuned | pre-training s |\n|---|---|---|---|---|---|")
         for name in names:
             run_dir, r = pretrain(args.out, VARIANTS[name], args.seed, args.steps)
@@ -73,12 +61,8 @@ def main(argv=None):
             x = results[name]
             print(f"| {name} | {x['ctx']:.3f} | {x['eval_mlm_loss']:.3f} | {x['wordsim']:.3f} | "
                   f"{'–' if ft is None else f'{100 * ft:.1f}'} | {x['wall_s']:.0f} |", flush=True)
-    except taco.UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        cli.write_json(args.json, results)
     return results
 
 

@@ -10,6 +10,7 @@ Runs are named by their flags and seed (runs/mini/taco-seed0, runs/mini/objectiv
 and a finished run with the same settings is reused, so exercises 5, 6 and 7 share their MLM and
 TACO runs.
 """
+import argparse
 import contextlib
 import json
 import os
@@ -108,3 +109,27 @@ def wordsim(run_dir):
     encoder, tok, _, _ = analyze.load_encoder(run_dir)
     pairs = analyze.read_pairs(os.path.join(toy_corpus(), "wordsim.txt"))
     return analyze.word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["spearman"]
+
+
+# ----------------------------------------------------------------------------- what the drivers of exercises 5-7 share
+
+def driver_args(description):
+    """The command line exercises 5, 6 and 7 share: --seed, --steps, --ft_pairs, --out, --json."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--seed", type=int, default=0, help="pre-training seed (the same for every run)")
+    p.add_argument("--steps", type=int, default=None, help="pre-training steps (default: exercises/miniature.py's)")
+    p.add_argument("--ft_pairs", type=int, default=0, help="also fine-tune on this many toy pairs (0: no fine-tuning; "
+                   "after a miniature pre-training it stays at chance, see exercise 5's page)")
+    p.add_argument("--out", default="runs/mini", help="where the runs go, one directory per run and seed "
+                   "(finished ones are reused)")
+    p.add_argument("--json", default=None, help="also write the results to this file")
+    return p
+
+
+def choose(spec, choices, what):
+    """The names in a comma-separated --settings / --variants value; an unknown one is a UsageError."""
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [s for s in names if s not in choices]
+    if unknown or not names:
+        raise taco.UsageError(f"unknown {what} {', '.join(unknown) or repr(spec)}; choose from {', '.join(choices)}")
+    return names
