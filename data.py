@@ -648,7 +648,7 @@ def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
     Random numbers come only from `generator`, drawn on its device and then moved."""
     input_ids = input_ids.long()
     special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids, device=input_ids.device))
-    selected = (_rand(generator, input_ids.device, *input_ids.shape) < mlm_probability) & ~special
+    selected = (rand(generator, input_ids.device, *input_ids.shape) < mlm_probability) & ~special
     return mask_selected(input_ids, selected, tokenizer, generator)
 
 
@@ -660,7 +660,7 @@ def mask_selected(input_ids, selected, tokenizer, generator=None):
     normal = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
     normal[tokenizer.special_ids] = False
     normal_ids = normal.nonzero().squeeze(1).to(device)  # allowed random replacements
-    action = _rand(generator, device, *input_ids.shape)
+    action = rand(generator, device, *input_ids.shape)
     where = generator.device if generator is not None else torch.device("cpu")
     pick = torch.randint(len(normal_ids), input_ids.shape, generator=generator, device=where)
     labels = torch.where(selected, input_ids, -100)
@@ -670,9 +670,10 @@ def mask_selected(input_ids, selected, tokenizer, generator=None):
     return inputs, labels
 
 
-def _rand(generator, device, *shape):
-    """Uniform [0, 1) numbers drawn on the generator's device (CPU without one), moved to `device`."""
-    where = generator.device if generator is not None else torch.device("cpu")
+def rand(generator, device, *shape):
+    """Uniform [0, 1) numbers drawn on the generator's device (on `device` without one), moved to
+    `device`; the masks here and TACO's samplers draw with it."""
+    where = generator.device if generator is not None else device
     return torch.rand(*shape, generator=generator, device=where).to(device)
 
 
@@ -704,7 +705,7 @@ def whole_word_mask(input_ids, tokenizer, probability, generator=None, n=1):
     k = (real * probability).round().clamp(1, 512).long()  # Python's round(): half to even
 
     start, word, length, k = (t.repeat_interleave(n, 0) for t in (start, word, length, k))  # (B*n, ...)
-    key = torch.where(start, _rand(generator, device, B * n, T), 2.0)  # word starts first, shuffled
+    key = torch.where(start, rand(generator, device, B * n, T), 2.0)  # word starts first, shuffled
     order = key.argsort(1)  # (B*n, T)
     size = torch.where(start, length, T + 1).gather(1, order)  # word lengths in visiting order; never-fitting tail
     taken = torch.zeros(B * n, T, dtype=torch.bool, device=device)

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 import cli
 from cli import UsageError, float_range, int_range
-from data import load_tokenizer, make_blocks, mask_tokens, retromae_batch, token_cache_path, tokenize_corpus
+from data import load_tokenizer, make_blocks, mask_tokens, rand, retromae_batch, token_cache_path, tokenize_corpus
 from model import SIZES, Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 
 
@@ -121,12 +121,6 @@ def other_token(real, generator=None):
     k = k + (k >= real.long().cumsum(1) - 1).long()  # counted with the token itself skipped
     real_first = torch.argsort((~real).long(), dim=1, stable=True)  # positions of real tokens, in order
     return real_first.gather(1, k.clamp(max=T - 1))
-
-
-def rand(generator, device, *shape):
-    """Uniform [0, 1) numbers drawn on the generator's device, returned on `device`."""
-    where = generator.device if generator is not None else device
-    return torch.rand(*shape, generator=generator, device=where).to(device)
 
 
 def gather_pool(keys, real, group):
