@@ -34,10 +34,11 @@ import torch.nn.functional as F
 
 import cli
 from cli import int_range
-from data import load_tokenizer, make_blocks, tokenize_corpus, toy_corpus, toy_sentence_eval
+from data import load_tokenizer, make_blocks, tokenize_corpus
 from finetune import load_pretrained, spearman
 from model import Bert
 from taco import UsageError, context_groups, pair_sums
+from toy import toy_corpus, toy_sentence_eval
 
 METRICS = ("cosine", "dot", "l1", "l2", "l10")
 

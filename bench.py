@@ -5,6 +5,7 @@
     python bench.py --size base --max_len 256 --batch_size 32 --dtype bf16             # one GPU
     python bench.py --compile                                   # torch.compile every model
     python bench.py --variants taco-mlm,taco-tc --profile       # + where the time goes, op by op
+    python bench.py --tokenizer big.txt --vocab path/to/vocab.txt   # the tokenizer vs Hugging Face's
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
 taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
@@ -26,6 +27,7 @@ masked rows) against the device's dense bf16 peak. The last two lines are machin
     speedup_vs_hf: taco-mlm tokens/s / hf-mlm tokens/s
     tc_overhead:   taco-tc step time / taco-mlm step time
     retromae_overhead: taco-retromae step time / taco-mlm step time (when measured)
+With --tokenizer FILE it times the WordPiece tokenizer instead (`tokenizers` below).
 """
 import argparse
 import os
@@ -40,9 +42,10 @@ import torch
 
 import cli
 from cli import float_range, int_range
-from data import mask_tokens, retromae_batch
+from data import load_tokenizer, mask_tokens, read_documents, retromae_batch
 from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 from taco import DecoderInputs, compute_loss, configure_optimizer, retromae_loss, similarity_route, tc_loss
+from tokenizer import WordPieceTokenizer
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
 ON_REQUEST = ["taco-retromae"]
@@ -72,6 +75,10 @@ def get_args(argv=None):
     p.add_argument("--profile", action="store_true",
                    help="also print torch.profiler's top operations of one step of each variant")
     p.add_argument("--probe", default=None, help="internal: print one variant's memory and exit")
+    p.add_argument("--tokenizer", metavar="FILE", help="time the tokenizer on this text file against Hugging Face's "
+                   "(one thread) instead of a training step")
+    p.add_argument("--vocab", default="bert-base-uncased", help="with --tokenizer: toy, a vocab.txt, a folder with "
+                   "one, or a hub model id")
     args = p.parse_args(argv)
     with cli.errors():
         args.device = cli.device(args.device)
@@ -226,6 +233,8 @@ def device_name(device):
 def main(argv=None):
     args = get_args(argv)
     with cli.errors():  # Ctrl-C: one line, no traceback
+        if args.tokenizer:
+            return tokenizers(args.tokenizer, args.vocab)
         measure(args, argv)
 
 
@@ -306,6 +315,54 @@ def measure(args, argv):
         prep = statistics.median(make_retromae_batch(args)[3] for _ in range(3))
         print(f"retromae batch (whole-word masks + decoder visibility, CPU, not in the step): {prep:.0f} ms")
         print(f"retromae_overhead: {ratio('taco-retromae', 'taco-mlm'):.3f}")
+
+
+def tokenizers(path, vocab_spec, repeats=3):
+    """Single-thread MB/s of this tokenizer vs Hugging Face's fast (Rust) and slow (Python)
+    ones on the same documents, median of alternating runs, and whether the ids agree."""
+    os.environ["RAYON_NUM_THREADS"] = "1"  # must be set before tokenizers is imported
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    docs = read_documents(path)
+    mb = sum(len(d.encode()) for d in docs) / 1e6
+    tok = load_tokenizer(vocab_spec)
+
+    def run_taco(ds):  # a fresh tokenizer per run, so its chunk cache starts empty
+        fresh = WordPieceTokenizer(tok.vocab_file, tok.do_lower_case)
+        return [fresh.encode(d) for d in ds]
+
+    runners = {"taco": run_taco}
+    try:
+        from tokenizers import BertWordPieceTokenizer
+        fast = BertWordPieceTokenizer(tok.vocab_file, lowercase=tok.do_lower_case)
+        runners["hf fast (encode_batch, 1 thread)"] = lambda ds: [
+            e.ids for e in fast.encode_batch(ds, add_special_tokens=False)]
+    except ImportError:
+        print("tokenizers not installed: skipping Hugging Face's fast tokenizer")
+    try:  # transformers >= 5 renamed the pure-Python tokenizer
+        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
+    except ImportError:
+        try:
+            from transformers import BertTokenizer as Slow
+        except ImportError:
+            Slow = None
+    if Slow is not None:
+        slow = Slow(tok.vocab_file, do_lower_case=tok.do_lower_case)
+        runners["hf slow (python)"] = lambda ds: [
+            slow.encode(d, add_special_tokens=False) for d in ds]
+    times, ids = {name: [] for name in runners}, {}
+    for _ in range(repeats):  # alternate so that machine noise hits every tokenizer alike
+        for name, run in runners.items():
+            t0 = time.perf_counter()
+            ids[name] = run(docs)
+            times[name].append(time.perf_counter() - t0)
+    print(f"{path}: {mb:.2f} MB, {len(docs):,} documents, vocab {tok.vocab_file}")
+    speed = {name: mb / statistics.median(t) for name, t in times.items()}
+    for name, s in speed.items():
+        differ = sum(a != b for a, b in zip(ids[name], ids["taco"]))
+        agree = "" if name == "taco" else f"  ids differ on {differ:,} documents"
+        print(f"  {name:34s} {s:8.2f} MB/s{agree}")
+    for name in list(runners)[1:]:
+        print(f"  taco / {name}: {speed['taco'] / speed[name]:.2f}x")
 
 
 if __name__ == "__main__":

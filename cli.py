@@ -13,12 +13,17 @@ import signal
 import socket
 import stat
 import sys
+from pathlib import Path
 
 USAGE, NONFINITE = 2, 3  # exit codes; a signal stops a run with 128 + its number (SIGINT 130, SIGTERM 143)
 
 
 class UsageError(ValueError):
     """A mistake the user can fix (a flag, a path, a file): one `error:` line, exit 2."""
+
+
+class DataError(UsageError):
+    """A user mistake about data (a path, a file, a vocabulary): the message says how to fix it."""
 
 
 class Interrupted(Exception):
@@ -98,6 +103,11 @@ def device(spec):
     if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
         raise UsageError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) here")
     return dev
+
+
+def default_cache_dir():
+    """Where taco keeps what it generates and caches (toy corpus, token arrays): $TACO_CACHE."""
+    return Path(os.environ.get("TACO_CACHE", Path.home() / ".cache" / "taco"))
 
 
 # ----------------------------------------------------------------------------- the error path

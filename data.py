@@ -1,30 +1,26 @@
-"""
-Data for taco: a WordPiece tokenizer identical to BERT's, corpus sources (hub datasets,
-local text files, a built-in offline toy corpus), tokenise-once-and-cache into one flat
-token array, packing into fixed-length blocks, and dynamic MLM masking.
+"""Data for taco: corpus sources (hub datasets, local text files, the built-in toy corpus),
+tokenise-once-and-cache into one flat token array, packing into fixed-length blocks, and
+dynamic MLM masking (BERT's 80/10/10; whole-word masking and RetroMAE's decoder views).
 
     python data.py --data toy --vocab toy                 # build and cache the toy corpus
-    python data.py --bench big.txt --vocab path/to/vocab.txt   # speed vs Hugging Face
+
+The tokenizer is tokenizer.py's WordPieceTokenizer; the toy corpus is toy.py's.
 """
 import hashlib
 import json
 import os
-import random
 import re
-import shutil
 import sys
-import tempfile
 import time
-import unicodedata
 from pathlib import Path
 
 import numpy as np
 import torch
 
 import cli
-from cli import int_range
-
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+from cli import DataError, default_cache_dir, int_range
+from tokenizer import SPECIAL_TOKENS, WordPieceTokenizer  # noqa: F401 (SPECIAL_TOKENS: data's public names)
+from toy import toy_corpus
 
 # name -> (hub dataset id, config, split, text column, rows joined into one document).
 # All are data-only repos (Parquet or Arrow files) that load with datasets >= 3, unlike the
@@ -35,167 +31,12 @@ SOURCES = {
     "wikipedia": ("wikimedia/wikipedia", "20231101.en", "train", "text", 1),
     "bookcorpus": ("SamuelYang/bookcorpus", None, "train", "text", 100),
     "wikitext103": ("Salesforce/wikitext", "wikitext-103-raw-v1", "train", "text", 1),
-    "toy": None,  # built offline by toy_corpus()
+    "toy": None,  # built offline by toy.toy_corpus()
 }
 TOKENS_FORMAT = 1  # bump when the cached token-array layout changes
 
 
-class DataError(cli.UsageError):
-    """A user mistake (bad path, file or vocab); the one-line message says how to fix it."""
-
-
-def default_cache_dir():
-    return Path(os.environ.get("TACO_CACHE", Path.home() / ".cache" / "taco"))
-
-
-# ----------------------------------------------------------------------------- tokenizer
-
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
-# Python's str.split() also splits on these, but BERT deletes them as control characters
-# (so "a\x1cb" is one word); remove them before splitting into whitespace chunks.
-_SPLIT_BUT_CONTROL = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
-_ASCII_CONTROL = re.compile("[\x00-\x1f\x7f]")
-_ASCII_PIECES = re.compile("[0-9A-Za-z]+|.")  # every other printable ASCII char is punctuation
-_ASCII_PUNCT = frozenset(chr(c) for c in range(33, 127) if not chr(c).isalnum())  # also not P*
-
-
-def _is_cjk(cp):  # BERT's "Chinese character": CJK Unified/Compatibility Ideographs
-    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
-
-
-class WordPieceTokenizer:
-    """BERT's tokenizer: basic tokenization, then greedy longest-match-first WordPiece.
-
-    Ids equal Hugging Face's BertTokenizer, including special tokens typed in the text
-    ("[MASK]" stays one token). Its two versions disagree in corners; we follow the Rust one
-    (transformers' default) on a word-final capital sigma (σ, where Python's str.lower()
-    gives ς) and the pure-Python one on code points that Rust's older Unicode tables lack
-    (unassigned or recent characters, which Rust keeps as [UNK] and Python drops or splits).
-    Speed comes from caching the ids of each whitespace-separated chunk of raw text: text
-    repeats its chunks, so the slow Unicode path runs about once per distinct chunk.
-    """
-
-    max_word_chars = 100  # longer words become [UNK], as in BERT
-    max_cache = 1 << 20  # chunks cached before the cache is cleared (bounds memory)
-
-    def __init__(self, vocab_file, do_lower_case=True):
-        path = Path(vocab_file)
-        if not os.path.lexists(path):
-            raise DataError(f"vocab file {path} not found: pass a vocab.txt (one token per line)")
-        cli.regular_file(path, "vocab file")
-        try:  # utf-8-sig: a byte-order mark left by an editor is not part of the first token
-            text = path.read_text(encoding="utf-8-sig")
-        except UnicodeDecodeError:
-            raise DataError(f"vocab file {path} is not UTF-8: pass a BERT-style vocab.txt") from None
-        tokens = text.replace("\r\n", "\n").split("\n")  # Windows line ends too
-        if tokens[-1] == "":
-            tokens.pop()
-        if not tokens:
-            raise DataError(f"vocab file {path} is empty: pass a BERT-style vocab.txt")
-        missing = [t for t in SPECIAL_TOKENS if t not in tokens]
-        if missing:
-            raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
-        self.vocab_file = str(path)
-        self.do_lower_case = do_lower_case
-        self.vocab = {t: i for i, t in enumerate(tokens)}
-        self.ids_to_tokens = tokens
-        self.vocab_size = len(tokens)
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            self.vocab[t] for t in SPECIAL_TOKENS)
-        self.special_ids = sorted({self.vocab[t] for t in SPECIAL_TOKENS})
-        self.is_continuation = torch.tensor([t.startswith("##") for t in tokens])  # per id: a "##" piece
-        self._special_re = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
-        # The longest word-initial and "##" pieces bound WordPiece's longest-match search.
-        self._max_first = max(len(t) for t in tokens if not t.startswith("##"))
-        self._max_next = max((len(t) - 2 for t in tokens if t.startswith("##")), default=0)
-        self._cache = {}
-
-    def __len__(self):
-        return self.vocab_size
-
-    def encode(self, text):
-        """Text -> ids, without [CLS]/[SEP] around it."""
-        if "[" in text:  # special tokens are matched on the raw text, before any cleaning
-            parts = self._special_re.split(text)
-            if len(parts) > 1:
-                ids = []
-                for i, part in enumerate(parts):
-                    ids += [self.vocab[part]] if i % 2 else self._encode_plain(part)
-                return ids
-        return self._encode_plain(text)
-
-    def tokenize(self, text):
-        return [self.ids_to_tokens[i] for i in self.encode(text)]
-
-    def decode(self, ids):
-        """Ids -> text: "##" pieces are glued to the previous piece and [PAD] is skipped.
-        Other special tokens are kept and no space clean-up is done (" ," stays " ,")."""
-        tokens = [self.ids_to_tokens[int(i)] for i in ids if int(i) != self.pad_id]
-        return " ".join(tokens).replace(" ##", "")
-
-    def _encode_plain(self, text):
-        if _SPLIT_BUT_CONTROL.search(text):
-            text = _SPLIT_BUT_CONTROL.sub("", text)
-        cache, ids = self._cache, []
-        for chunk in text.split():
-            piece = cache.get(chunk)
-            if piece is None:
-                piece = [i for word in self._basic_tokenize(chunk) for i in self._wordpiece(word)]
-                if len(cache) >= self.max_cache:
-                    cache.clear()
-                cache[chunk] = piece
-            ids += piece
-        return ids
-
-    def _basic_tokenize(self, chunk):
-        """One whitespace-free chunk -> words: drop control characters, space out CJK
-        ideographs, strip accents (NFD, drop Mn) and lowercase, split off punctuation."""
-        if chunk.isascii():  # fast path: no accents, CJK or Unicode punctuation possible
-            if _ASCII_CONTROL.search(chunk):
-                chunk = _ASCII_CONTROL.sub("", chunk)
-            if self.do_lower_case:
-                chunk = chunk.lower()
-            return [chunk] if chunk.isalnum() else _ASCII_PIECES.findall(chunk)
-        category, lower = unicodedata.category, self.do_lower_case
-        text = "".join(c for c in chunk if c != "\ufffd" and category(c)[0] != "C")  # \0 is Cc
-        if lower:
-            text = unicodedata.normalize("NFD", text)
-        out = []
-        for c in text:
-            cat = category(c)
-            if lower and cat == "Mn":
-                continue
-            if cat[0] == "P" or c in _ASCII_PUNCT or cat == "Lo" and _is_cjk(ord(c)):
-                out += (" ", c, " ")
-            else:
-                out.append(c)
-        text = "".join(out)
-        # Per-character lowercasing, like BERT's fast tokenizer (Rust char::to_lowercase):
-        # str.lower() alone would turn a word-final "Σ" into "ς" instead of "σ".
-        return (text.replace("Σ", "σ").lower() if lower else text).split()
-
-    def _wordpiece(self, word):
-        """Greedy longest-match-first split into vocab pieces; [UNK] if any part fails."""
-        if len(word) > self.max_word_chars:
-            return [self.unk_id]
-        vocab = self.vocab
-        i = vocab.get(word)
-        if i is not None:
-            return [i]
-        ids, start = [], 0
-        while start < len(word):
-            longest = self._max_first if start == 0 else self._max_next
-            for end in range(min(len(word), start + longest), start, -1):
-                i = vocab.get(word[start:end] if start == 0 else "##" + word[start:end])
-                if i is not None:
-                    break
-            else:
-                return [self.unk_id]
-            ids.append(i)
-            start = end
-        return ids
-
+# ----------------------------------------------------------------------------- the tokenizer of a run
 
 def load_tokenizer(spec, cache_dir=None):
     """spec: "toy", a vocab.txt, a folder holding one, or a hub model id such as
@@ -220,245 +61,12 @@ def load_tokenizer(spec, cache_dir=None):
     return WordPieceTokenizer(path, do_lower_case=lower)
 
 
-# ----------------------------------------------------------------------------- toy corpus
-# Documents have GLOBAL semantics (one latent topic per document picks most content words)
-# and LOCAL structure (a small grammar with number agreement, tense, relative clauses).
-# Hyphens mark WordPiece pieces: "light-house" is in the vocab as "light" + "##house";
-# inflected forms ("rabbits", "chased") are stem + "##s"/"##es"/"##d"/"##ed".
-
-TOY_VERSION = 1  # bump when the generator's output changes
-TOPICS = {  # topic -> (nouns, verbs, adjectives)
-    "farm": ("dog horse cow goat rabbit duck pig hen barn field fence farmer tractor meadow bucket mub-ble-wort",
-             "chase graze herd guard pull follow gather milk plough shear",
-             "muddy woolly lazy brown noisy sleepy rustic hungry"),
-    "sea": ("ship sailor wave harbor island whale captain boat net shell reef light-house storm crab anchor zor-bla-quin",
-            "sail row steer fish dive float wreck drift haul rescue",
-            "salty stormy deep blue calm wet coastal rocky"),
-    "space": ("planet star rocket comet orbit moon astronaut telescope nebula satellite crater asteroid capsule probe module quo-ri-vex",
-              "launch observe land explore detect circle measure track beam orbit",
-              "distant bright cosmic lunar silent frozen vast orbital"),
-    "music": ("song band guitar drum singer piano violin chord concert stage ticket record note choir trumpet fen-dra-lok",
-              "play perform tune strum whistle compose rehearse conduct applaud sample",
-              "loud soft jazzy musical classical catchy lively acoustic"),
-    "kitchen": ("bread soup cake oven chef spoon kettle onion pepper cheese apple dough recipe plate bowl gru-mel-tash",
-                "bake cook slice boil roast taste mix serve peel season",
-                "fresh spicy warm sweet crispy tasty salted sour"),
-    "medicine": ("doctor nurse patient clinic fever pill wound bandage surgeon ward virus vaccine heart bone syringe pel-tro-vin",
-                 "treat heal examine cure inject prescribe test monitor diagnose rest",
-                 "sick healthy sterile pale medical chronic gentle weak"),
-    "computing": ("computer program server screen key-board file network robot chip code data-base cable pixel laptop printer kra-xi-dol",
-                  "compute download install compile encrypt print upload crash render type",
-                  "digital binary fast virtual wireless broken modern smart"),
-    "mountain": ("mountain river cloud snow rain wind valley glacier forest hill rock lake thunder peak trail vu-lo-mir",
-                 "climb hike melt flood flow pour wander cross camp descend",
-                 "icy foggy steep misty windy green wild cold"),
-    "sport": ("ball team coach player goal match racket referee stadium medal runner helmet court jersey league sto-bri-gan",
-              "kick pass score jump tackle train defend cheer race block",
-              "fit quick strong athletic rival final tired proud"),
-    "school": ("teacher student book lesson class-room pencil desk page exam poem essay chapter letter word class nim-bo-thral",
-               "learn spell explain answer memorize recite grade borrow review question",
-               "clever quiet curious academic thick boring famous careful"),
-}
-COMMON = ("friend neighbor morning place group thing day year town village",
-          "like watch want need help show move visit enjoy share",
-          "good new small big little nice old great")
-DETERMINERS = ("the a this that every one", "the some these those many two three several")
-PREPOSITIONS = "near with behind under beside across into over from for along around".split()
-OPENERS = "today yesterday later suddenly often sometimes meanwhile again".split()
-FUNCTION_WORDS = "an is are was were does do did and but while because that which".split()
-
-
-def _inflect(word, suffix):
-    """Regular English inflection: "box"+"s" -> "boxes", "chase"+"ed" -> "chased"."""
-    if suffix == "s" and word.endswith(("s", "x", "z", "ch", "sh")):
-        return word + "es"
-    if suffix == "ed" and word.endswith("e"):
-        return word + "d"
-    return word + suffix
-
-
-class _ToyGrammar:
-    """Sentences about a topic: 85% of content words from it, 8% common, 7% other topics."""
-
-    def __init__(self, rng):
-        self.rng = rng
-        self.lex = {t: [w.replace("-", "").split() for w in pos] for t, pos in TOPICS.items()}
-        self.common = [pos.replace("-", "").split() for pos in COMMON]
-
-    def content(self, topic, pos):  # pos: 0 noun, 1 verb, 2 adjective
-        r = self.rng.random()
-        if r < 0.85:
-            return self.rng.choice(self.lex[topic][pos])
-        if r < 0.93:
-            return self.rng.choice(self.common[pos])
-        return self.rng.choice(self.lex[self.rng.choice(list(TOPICS))][pos])
-
-    def noun_phrase(self, topic, plural):
-        rng = self.rng
-        noun = self.content(topic, 0)
-        words = [self.content(topic, 2)] if rng.random() < 0.4 else []
-        words.append(_inflect(noun, "s") if plural else noun)
-        det = rng.choice(DETERMINERS[plural].split())
-        if det == "a" and words[0][0] in "aeiou":
-            det = "an"
-        return [det] + words
-
-    def verb(self, topic, plural, past):  # agrees with its subject in the present tense
-        verb = self.content(topic, 1)
-        return _inflect(verb, "ed") if past else verb if plural else _inflect(verb, "s")
-
-    def clause(self, topic, past):
-        rng, plural = self.rng, self.rng.random() < 0.5
-        subject = self.noun_phrase(topic, plural)
-        if rng.random() < 0.2:  # relative clause: the main verb still agrees with the head noun
-            subject += [rng.choice(("that", "which")), self.verb(topic, plural, past)]
-            subject += self.noun_phrase(topic, rng.random() < 0.5)
-        if rng.random() < 0.2:
-            copula = ("was", "were") if past else ("is", "are")
-            words = subject + [copula[plural], self.content(topic, 2)]
-        else:
-            words = subject + [self.verb(topic, plural, past)]
-            words += self.noun_phrase(topic, rng.random() < 0.5)
-        if rng.random() < 0.5:
-            words += [rng.choice(PREPOSITIONS)] + self.noun_phrase(topic, rng.random() < 0.5)
-        return words
-
-    def sentence(self, topic, past):
-        rng, r = self.rng, self.rng.random()
-        if r < 0.1:  # question with do-support: "Does the dog chase a cow?"
-            plural = rng.random() < 0.5
-            aux = "did" if past else ("do" if plural else "does")
-            words = [aux] + self.noun_phrase(topic, plural) + [self.content(topic, 1)]
-            words += self.noun_phrase(topic, rng.random() < 0.5) + ["?"]
-        elif r < 0.25:
-            words = self.clause(topic, past) + [",", rng.choice(("and", "but", "while", "because"))]
-            words += self.clause(topic, past) + ["."]
-        elif r < 0.35:
-            words = [rng.choice(OPENERS), ","] + self.clause(topic, past) + [rng.choice(".!")]
-        else:
-            words = self.clause(topic, past) + ["."]
-        text = re.sub(r" ([,.?!])", r"\1", " ".join(words))
-        return text[0].upper() + text[1:]
-
-
-def _toy_vocab():
-    """Specials, a few [unused], ASCII characters (so nothing is [UNK]), suffix pieces, words."""
-    chars = [chr(c) for c in range(33, 127) if not chr(c).isupper()]
-    tokens = list(SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(5)] + chars
-    tokens += ["##" + c for c in chars if c.isalnum()] + ["##es", "##ed"]
-    words, pieces = set(FUNCTION_WORDS + PREPOSITIONS + OPENERS), set()
-    for pos_lists in list(TOPICS.values()) + [COMMON] + [DETERMINERS]:
-        for word in " ".join(pos_lists).split():
-            first, *rest = word.split("-")
-            words.add(first)
-            pieces.update("##" + p for p in rest)
-    return list(dict.fromkeys(tokens + sorted(words) + sorted(pieces)))
-
-
-def _write_toy(out, rng, n_docs=3000, n_pairs=(4000, 1000, 1000), n_sim=200):
-    grammar, topics = _ToyGrammar(rng), list(TOPICS)
-    (out / "vocab.txt").write_text("\n".join(_toy_vocab()) + "\n", encoding="utf-8")
-    docs = []
-    for _ in range(n_docs):
-        topic, past = rng.choice(topics), rng.random() < 0.3
-        docs.append("\n".join(grammar.sentence(topic, past) for _ in range(rng.randint(6, 15))))
-    (out / "train.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    # Labelled pairs: 1 = both sentences come from documents of the same topic.
-    (out / "glue").mkdir()
-    for split, n in zip(("train", "dev", "test"), n_pairs):
-        labels = [i % 2 for i in range(n)]
-        rng.shuffle(labels)
-        rows = ["index\tsentence1\tsentence2" if split == "test" else "sentence1\tsentence2\tlabel"]
-        for i, label in enumerate(labels):
-            t1 = rng.choice(topics)
-            t2 = t1 if label else rng.choice([t for t in topics if t != t1])
-            s1, s2 = (grammar.sentence(t, rng.random() < 0.3) for t in (t1, t2))
-            rows.append(f"{i}\t{s1}\t{s2}" if split == "test" else f"{s1}\t{s2}\t{label}")
-        (out / "glue" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    # Word similarity in WordSim353 form over single-token words: same topic scores high.
-    single = {t: [w for pos in TOPICS[t] for w in pos.split() if "-" not in w] for t in topics}
-    rows = ["# toy word similarity (WordSim353 format): word1<TAB>word2<TAB>score in [0, 10]",
-            "# same-topic pairs score 7-10, cross-topic pairs 0-3"]
-    for i in range(n_sim):
-        t1 = rng.choice(topics)
-        t2 = t1 if i % 2 == 0 else rng.choice([t for t in topics if t != t1])
-        w1, w2 = rng.sample(single[t1], 2) if t1 == t2 else map(rng.choice, (single[t1], single[t2]))
-        score = rng.uniform(7, 10) if t1 == t2 else rng.uniform(0, 3)
-        rows.append(f"{w1}\t{w2}\t{score:.2f}")
-    (out / "wordsim.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
-
-
-def toy_corpus(cache_dir=None, seed=0):
-    """Directory with vocab.txt, train.txt, glue/{train,dev,test}.tsv and wordsim.txt, generated
-    once per (seed, TOY_VERSION) and published atomically (temp dir + rename)."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-v{TOY_VERSION}-seed{seed}"
-    return _generate_once(final, lambda tmp: _write_toy(tmp, random.Random(seed)))
-
-
-def _generate_once(final, write):
-    """The folder `final`, filled by write(folder) the first time: in a temp folder beside it,
-    then renamed into place, so a reader never sees half of it."""
-    if final.is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        write(tmp)
-        os.rename(tmp, final)
-    except OSError:
-        if not final.is_dir():  # a concurrent process that won the race is fine
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
-    """Sentence-embedding test sets from the toy grammar (RetroMAE's probes), BEIR and STS layout."""
-    grammar, topics = _ToyGrammar(rng), list(TOPICS)
-    # Retrieval: short documents of one topic; a query is one sentence of a document (kept in it:
-    # toy documents share nothing else, so a removed sentence would leave no trace of its source).
-    # Relevance 2 = the source document, 1 = another document of the same topic.
-    (out / "retrieval" / "qrels").mkdir(parents=True)
-    docs = []
-    for _ in range(n_docs):
-        topic, past = rng.choice(topics), rng.random() < 0.3
-        docs.append((topic, [grammar.sentence(topic, past) for _ in range(rng.randint(2, 4))]))
-    corpus = [json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(sents)}) for i, (_, sents) in enumerate(docs)]
-    queries, qrels = [], ["query-id\tcorpus-id\tscore"]
-    for q in range(n_queries):
-        source = rng.randrange(n_docs)
-        topic, sents = docs[source]
-        queries.append(json.dumps({"_id": f"q{q}", "text": rng.choice(sents)}))
-        qrels += [f"q{q}\td{i}\t{2 if i == source else 1}" for i, (t, _) in enumerate(docs) if t == topic]
-    for name, lines in (("corpus.jsonl", corpus), ("queries.jsonl", queries), ("qrels/test.tsv", qrels)):
-        (out / "retrieval" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    # Similarity (STS layout): two-sentence texts; the score counts the second text's sentences
-    # that are about the first text's topic (0, 1 or 2).
-    rows = ["sentence1\tsentence2\tscore"]
-    for _ in range(n_sts):
-        t1, score = rng.choice(topics), rng.randint(0, 2)
-        others = [t for t in topics if t != t1]
-        s1 = " ".join(grammar.sentence(t1, rng.random() < 0.3) for _ in range(2))
-        s2 = " ".join(grammar.sentence(t1 if j < score else rng.choice(others), rng.random() < 0.3) for j in range(2))
-        rows.append(f"{s1}\t{s2}\t{score}")
-    (out / "sts.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-
-
-def toy_sentence_eval(cache_dir=None, seed=0):
-    """Directory with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and
-    sts.tsv (sentence1, sentence2, score), generated from the toy grammar with a random stream of
-    its own (the toy corpus and its numbers are untouched), published atomically."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}"
-    return _generate_once(final, lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
-
-
 # ----------------------------------------------------------------------------- corpora
 
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
 
 
-def _read_documents(path):
+def read_documents(path):
     """Documents of a local text file: blank-line-separated paragraph groups, or one per
     line if the file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the
     tokenizer drops) with one warning per file; NUL bytes mean binary and are refused."""
@@ -502,12 +110,12 @@ def _resolve(data_spec, cache_dir):
 def load_documents(data_spec, cache_dir=None):
     """A datasets.Dataset with one "text" column, one document per row. data_spec is a
     comma-separated list of SOURCES names, text files and folders (their *.txt files, sorted);
-    _read_documents says how a text file splits into documents."""
+    read_documents says how a text file splits into documents."""
     import datasets
     sets = []
     for kind, what in _resolve(data_spec, cache_dir):
         if kind == "file":
-            sets.append(datasets.Dataset.from_dict({"text": _read_documents(what)}))
+            sets.append(datasets.Dataset.from_dict({"text": read_documents(what)}))
             continue
         repo, config, split, column, rows_per_doc = SOURCES[what]
         try:
@@ -757,71 +365,18 @@ def retromae_batch(input_ids, tokenizer, enc_probability=0.3, dec_probability=0.
 
 # ----------------------------------------------------------------------------- command line
 
-def bench(path, vocab_spec, repeats=3):
-    """Single-thread MB/s of this tokenizer vs Hugging Face's fast (Rust) and slow (Python)
-    ones on the same documents, median of alternating runs, and whether the ids agree."""
-    os.environ["RAYON_NUM_THREADS"] = "1"  # must be set before tokenizers is imported
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    docs = _read_documents(Path(path))
-    mb = sum(len(d.encode()) for d in docs) / 1e6
-    tok = load_tokenizer(vocab_spec)
-
-    def run_taco(ds):  # a fresh tokenizer per run, so its chunk cache starts empty
-        fresh = WordPieceTokenizer(tok.vocab_file, tok.do_lower_case)
-        return [fresh.encode(d) for d in ds]
-
-    runners = {"taco": run_taco}
-    try:
-        from tokenizers import BertWordPieceTokenizer
-        fast = BertWordPieceTokenizer(tok.vocab_file, lowercase=tok.do_lower_case)
-        runners["hf fast (encode_batch, 1 thread)"] = lambda ds: [
-            e.ids for e in fast.encode_batch(ds, add_special_tokens=False)]
-    except ImportError:
-        print("tokenizers not installed: skipping Hugging Face's fast tokenizer")
-    try:  # transformers >= 5 renamed the pure-Python tokenizer
-        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
-    except ImportError:
-        try:
-            from transformers import BertTokenizer as Slow
-        except ImportError:
-            Slow = None
-    if Slow is not None:
-        slow = Slow(tok.vocab_file, do_lower_case=tok.do_lower_case)
-        runners["hf slow (python)"] = lambda ds: [
-            slow.encode(d, add_special_tokens=False) for d in ds]
-    times, ids = {name: [] for name in runners}, {}
-    for _ in range(repeats):  # alternate so that machine noise hits every tokenizer alike
-        for name, run in runners.items():
-            t0 = time.perf_counter()
-            ids[name] = run(docs)
-            times[name].append(time.perf_counter() - t0)
-    print(f"{path}: {mb:.2f} MB, {len(docs):,} documents, vocab {tok.vocab_file}")
-    speed = {name: mb / float(np.median(t)) for name, t in times.items()}
-    for name, s in speed.items():
-        differ = sum(a != b for a, b in zip(ids[name], ids["taco"]))
-        agree = "" if name == "taco" else f"  ids differ on {differ:,} documents"
-        print(f"  {name:34s} {s:8.2f} MB/s{agree}")
-    for name in list(runners)[1:]:
-        print(f"  taco / {name}: {speed['taco'] / speed[name]:.2f}x")
-
-
 def main(argv=None):
     p = cli.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    p.add_argument("--data", default=None, help="comma-separated sources: toy, "
+    p.add_argument("--data", required=True, help="comma-separated sources: toy, "
                    f"{', '.join(s for s in SOURCES if s != 'toy')}, text files or folders")
     p.add_argument("--vocab", default="bert-base-uncased",
                    help="toy, a vocab.txt, a folder with one, or a hub model id")
     p.add_argument("--max_len", type=int_range(8, 512), default=128, help="block length to report for --data")
     p.add_argument("--num_proc", type=int_range(1), default=None,
                    help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
-    p.add_argument("--bench", metavar="FILE", help="time tokenizers on this text file instead")
     p.add_argument("--cache_dir", default=None, help="default: $TACO_CACHE or ~/.cache/taco")
     args = p.parse_args(argv)
-    if args.data is None and not args.bench:
-        p.error("pass --data or --bench")
     with cli.errors():
-        if args.bench:
-            return bench(args.bench, args.vocab)
         tok = load_tokenizer(args.vocab, args.cache_dir)
         tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
         blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)

@@ -37,10 +37,11 @@ from tqdm import tqdm
 
 import cli
 from cli import float_range, int_range
-from data import load_tokenizer, toy_corpus
+from data import load_tokenizer
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
 from taco import (UsageError, configure_optimizer, find_weights, get_lr, load_checkpoint, setup_distributed,
                   vocab_beside)
+from toy import toy_corpus
 
 
 class FinetuneError(cli.UsageError):

@@ -22,8 +22,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data import TOPICS, DataError, make_blocks, tokenize_corpus
+from data import DataError, make_blocks, tokenize_corpus
 from taco import UsageError
+from toy import TOPICS
 
 
 class PictureError(UsageError):

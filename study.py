@@ -39,8 +39,9 @@ import cli
 import finetune
 import taco
 from cli import float_range, int_range
-from data import load_tokenizer, toy_corpus, toy_sentence_eval
+from data import load_tokenizer
 from model import BertConfig, BertForPreTraining
+from toy import toy_corpus, toy_sentence_eval
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = {  # name -> taco.py flags; all else is shared

@@ -1,4 +1,4 @@
-"""Tests for data.py: tokenizer (hand-derived and against Hugging Face), toy corpus,
+"""Tests for data.py: tokenizer (hand-derived and against Hugging Face),
 corpus loading and caching, packing, masking."""
 import gettext
 import importlib
@@ -217,80 +217,6 @@ def test_matches_hf_slow_tokenizer(bert_vocab):
     assert tok.tokenize("ΟΔΟΣ") == slow.tokenize("οδοσ")  # Rust's per-character lowercasing
 
 
-# ----------------------------------------------------------------------------- toy corpus
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    return data.toy_corpus(tmp_path_factory.mktemp("cache"))
-
-
-def test_toy_corpus_deterministic(toy, tmp_path):
-    again = data.toy_corpus(tmp_path)
-    files = sorted(p.relative_to(toy) for p in toy.rglob("*") if p.is_file())
-    assert [str(f) for f in files] == ["glue/dev.tsv", "glue/test.tsv", "glue/train.tsv",
-                                       "train.txt", "vocab.txt", "wordsim.txt"]
-    assert all((toy / f).read_bytes() == (again / f).read_bytes() for f in files)
-    other = data.toy_corpus(tmp_path, seed=1)
-    assert (other / "train.txt").read_bytes() != (toy / "train.txt").read_bytes()
-
-
-def test_toy_vocab_and_wordpiece(toy):
-    tok = data.load_tokenizer(str(toy / "vocab.txt"))
-    assert tok.ids_to_tokens[:5] == list(data.SPECIAL_TOKENS)
-    assert 500 <= tok.vocab_size <= 3000
-    assert tok.tokenize("Rabbits chased the mubbleworts.") == [
-        "rabbit", "##s", "chase", "##d", "the", "mub", "##ble", "##wort", "##s", "."]
-    for nouns, verbs, adjectives in data.TOPICS.values():  # hyphens mark the intended pieces
-        for word in nouns.split():
-            first, *rest = word.split("-")
-            assert tok.tokenize(word.replace("-", "")) == [first] + ["##" + p for p in rest]
-    ids = tok.encode((toy / "train.txt").read_text())
-    assert tok.unk_id not in ids
-
-
-def test_toy_documents_have_topics(toy):
-    docs = (toy / "train.txt").read_text().strip().split("\n\n")
-    assert 2500 <= len(docs) <= 3500
-    assert all(6 <= len(d.split("\n")) <= 15 for d in docs)
-    topic_of = {w.replace("-", ""): t for t, lists in data.TOPICS.items() for w in " ".join(lists).split()}
-    purity = []
-    for doc in docs[:300]:
-        topics = [topic_of[w] for w in doc.lower().replace(".", " ").split() if w in topic_of]
-        purity.append(max(map(topics.count, set(topics))) / len(topics))
-    assert 0.75 < np.mean(purity) < 0.98  # mostly one topic, but not trivially
-
-
-def test_toy_glue_and_wordsim(toy):
-    for split, n in (("train", 4000), ("dev", 1000), ("test", 1000)):
-        lines = (toy / "glue" / f"{split}.tsv").read_text().rstrip("\n").split("\n")
-        header, rows = lines[0].split("\t"), [line.split("\t") for line in lines[1:]]
-        assert len(rows) == n and all(len(r) == 3 for r in rows)
-        if split == "test":
-            assert header == ["index", "sentence1", "sentence2"]
-        else:
-            assert header == ["sentence1", "sentence2", "label"]
-            assert sum(r[2] == "1" for r in rows) == sum(r[2] == "0" for r in rows) == n // 2
-    train_sentences = set((toy / "train.txt").read_text().split("\n"))
-    dev = [line.split("\t")[0] for line in (toy / "glue" / "dev.tsv").read_text().split("\n")[1:200]]
-    assert sum(s in train_sentences for s in dev) < 20  # freshly generated, not copied
-    tok = data.load_tokenizer(str(toy / "vocab.txt"))
-    rows = [line.split("\t") for line in (toy / "wordsim.txt").read_text().splitlines()
-            if not line.startswith("#")]
-    assert len(rows) >= 100
-    for w1, w2, score in rows:
-        assert w1 in tok.vocab and w2 in tok.vocab and 0 <= float(score) <= 10
-
-
-def test_toy_corpus_atomic(tmp_path, monkeypatch):
-    def crash(out, rng):
-        (out / "train.txt").write_text("half")
-        raise RuntimeError("crash")
-    monkeypatch.setattr(data, "_write_toy", crash)
-    with pytest.raises(RuntimeError):
-        data.toy_corpus(tmp_path)
-    assert list(tmp_path.iterdir()) == []
-
-
 # ----------------------------------------------------------------------------- corpora and caching
 
 def test_local_documents(tmp_path, capsys):
@@ -313,15 +239,15 @@ def test_bad_corpus(tmp_path, content, needle):
         data.load_documents(str(path))
 
 
-def test_tokenize_corpus_cached(toy, tmp_path, monkeypatch):
-    cache = toy.parent
+def test_tokenize_corpus_cached(toy_dir, tmp_path, monkeypatch):
+    cache = toy_dir.parent
     tok = data.load_tokenizer("toy", cache)
     tokens = data.tokenize_corpus("toy", tok, cache)
     path = Path(tokens.filename)
     assert tokens.dtype == np.uint16 and not tokens.flags.writeable
     assert 300_000 < len(tokens) < 700_000 and tokens[-1] == tok.sep_id
     assert (tokens == tok.sep_id).sum() == 3000 and tok.cls_id not in tokens
-    first_doc = (toy / "train.txt").read_text().split("\n\n")[0]
+    first_doc = (toy_dir / "train.txt").read_text().split("\n\n")[0]
     assert list(tokens[:len(tok.encode(first_doc)) + 1]) == tok.encode(first_doc) + [tok.sep_id]
     mtime = path.stat().st_mtime_ns
     monkeypatch.setattr(WordPieceTokenizer, "encode", lambda self, text: 1 / 0)
@@ -471,9 +397,9 @@ def test_training_peak_rss_does_not_grow_with_the_corpus(tmp_path):
     assert big - small < 100
 
 
-def test_toy_blocks(toy):
-    tok = data.load_tokenizer("toy", toy.parent)
-    blocks = data.make_blocks(data.tokenize_corpus("toy", tok, toy.parent), 128, tok.cls_id, tok.sep_id)[:]
+def test_toy_blocks(toy_dir):
+    tok = data.load_tokenizer("toy", toy_dir.parent)
+    blocks = data.make_blocks(data.tokenize_corpus("toy", tok, toy_dir.parent), 128, tok.cls_id, tok.sep_id)[:]
     assert blocks.shape[1] == 128 and (blocks[:, 1:] != tok.cls_id).all() and (blocks != tok.pad_id).all()
 
 
@@ -506,9 +432,9 @@ def test_mask_tokens_statistics():
     assert not torch.equal(other[1], labels)
 
 
-def test_mask_tokens_toy_vocab(toy):
-    tok = data.load_tokenizer("toy", toy.parent)
-    blocks = torch.from_numpy(data.make_blocks(data.tokenize_corpus("toy", tok, toy.parent), 128,
+def test_mask_tokens_toy_vocab(toy_dir):
+    tok = data.load_tokenizer("toy", toy_dir.parent)
+    blocks = torch.from_numpy(data.make_blocks(data.tokenize_corpus("toy", tok, toy_dir.parent), 128,
                                                tok.cls_id, tok.sep_id)[:].astype(np.int64))
     inputs, labels = data.mask_tokens(blocks, tok, generator=torch.Generator().manual_seed(0))
     assert (labels[:, 0] == -100).all() and (labels[blocks == tok.sep_id] == -100).all()

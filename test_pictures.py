@@ -7,7 +7,8 @@ import pytest
 
 import pictures
 import taco
-from data import TOPICS, _ToyGrammar, load_tokenizer, tokenize_corpus
+from data import load_tokenizer, tokenize_corpus
+from toy import TOPICS, _ToyGrammar
 
 
 @pytest.fixture(scope="module")

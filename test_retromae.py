@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import data
+import toy
 import taco
 from data import decoder_visible, mask_selected, retromae_batch, whole_word_mask
 from model import BertConfig, RetroMAEForPreTraining
@@ -364,8 +365,8 @@ def test_embed_ignores_padding_and_reads_beir(tmp_path, tok):
 
 def test_toy_sentence_eval_sets(tok):
     import analyze
-    folder = data.toy_sentence_eval()
-    before = sorted(os.listdir(data.toy_corpus()))
+    folder = toy.toy_sentence_eval()
+    before = sorted(os.listdir(toy.toy_corpus()))
     corpus, queries, qrels = analyze.read_beir(os.path.join(folder, "retrieval"))
     docs = dict(corpus)
     for qid, text in queries[:50]:
@@ -374,4 +375,4 @@ def test_toy_sentence_eval_sets(tok):
         assert set(qrels[qid].values()) == {1, 2}
     pairs = analyze.read_sts(os.path.join(folder, "sts.tsv"))
     assert len(pairs) == 1000 and {p[2] for p in pairs} == {0.0, 1.0, 2.0}
-    assert sorted(os.listdir(data.toy_corpus())) == before  # the toy corpus is untouched
+    assert sorted(os.listdir(toy.toy_corpus())) == before  # the toy corpus is untouched

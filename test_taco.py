@@ -840,10 +840,10 @@ ENTRY_POINT_MISTAKES = [  # (script, argv, message): refused before any work, on
     ("bench", ["--steps", "0"], "argument --steps: 0 is not in [1, inf)"),
     ("bench", ["--peak_tflops", "nan"], "argument --peak_tflops: nan is not in (0, inf)"),
     ("bench", ["--device", "mps"], "only cpu and cuda"),
-    ("data", ["--bench", "{fifo}", "--vocab", "toy"], "is not a regular file"),
-    ("data", ["--bench", "{dir}", "--vocab", "toy"], "is a folder, not a file"),
+    ("bench", ["--tokenizer", "{fifo}", "--vocab", "toy"], "is not a regular file"),
+    ("bench", ["--tokenizer", "{dir}", "--vocab", "toy"], "is a folder, not a file"),
     ("data", ["--data", "toy", "--num_proc", "0"], "argument --num_proc: 0 is not in [1, inf)"),
-    ("data", [], "pass --data or --bench"),
+    ("data", [], "the following arguments are required: --data"),
 ]
 
 

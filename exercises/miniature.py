@@ -25,7 +25,8 @@ import torch  # noqa: E402
 
 import finetune  # noqa: E402
 import taco  # noqa: E402
-from data import load_tokenizer, toy_corpus  # noqa: E402
+from data import load_tokenizer  # noqa: E402
+from toy import toy_corpus  # noqa: E402
 
 # taco.py flags shared by every miniature run: the tiny recipe with 4x fewer tokens a step, fewer
 # steps and twice the learning rate (TACO's contextual score opens within 100 steps)
