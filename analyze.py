@@ -441,11 +441,13 @@ def main(argv=None):
     p.add_argument("--sts", default=None, help="also: Spearman of the [CLS] cosine on an STS-format TSV "
                    "(sentence1, sentence2, score), or toy")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    cli.add_threads_flag(p)
     p.add_argument("--heatmap", default=None, help="PNG of one sentence's token x token last-layer cosines")
     p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
                    "the toy corpus's first)")
     args = p.parse_args(argv)
     with cli.errors():
+        cli.set_threads(args.threads)
         metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:

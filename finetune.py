@@ -485,6 +485,7 @@ def get_args(argv=None):
     p.add_argument("--device", default=None, help="cpu or cuda; None: cuda if available")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision; None: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
+    cli.add_threads_flag(p)
     # output
     p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, predictions/")
     p.add_argument("--predict_test", action="store_true", help="write GLUE server files of each task's best run "
@@ -497,6 +498,7 @@ def finetune(args):
     run-time settings (rank, world, device, dtype, autocast, pad_id, source)."""
     cli.output_path(args.out, "--out", folder=True)  # before any work
     args.rank, _, args.world, args.device = setup_distributed(args.device)
+    cli.set_threads(args.threads)
     names = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
     for name in names:
         if name.lower().replace("-", "") not in TASKS:  # "SST-2" -> "sst2"

@@ -356,7 +356,7 @@ PAPER_DATA, TOY_SIZES = "wikipedia,bookcorpus", ("tiny", "mini")
 
 # Settings that may change between a run and its --resume without making it another run.
 RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
-             "skip_nonfinite", "compile", "plain_tc", "num_proc", "cache_dir", "device", "device_batch_size"}
+             "skip_nonfinite", "compile", "plain_tc", "threads", "num_proc", "cache_dir", "device", "device_batch_size"}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -433,6 +433,7 @@ def get_args(argv=None):
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision (default: bf16 on capable CUDA, else fp32)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    cli.add_threads_flag(p)
     # output
     p.add_argument("--out", default="runs/taco", help="run directory: config, metrics, checkpoints")
     p.add_argument("--save_every", type=int_range(1), default=200, help="checkpoint every N steps (and at the end)")
@@ -781,6 +782,7 @@ def train(args, cleanup):
     """Pre-train as `args` say. cleanup: an ExitStack that releases, on any exit, what the run
     holds (the lock on --out, the signal handlers, the process group)."""
     rank, local_rank, world, device = setup_distributed(args.device)
+    threads, why = cli.set_threads(args.threads)
     if world > 1:
         cleanup.callback(dist.destroy_process_group)
     master = rank == 0
@@ -887,6 +889,7 @@ def train(args, cleanup):
         print(f"{args.objective} | {args.size} ({sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M params) | "
               f"{len(train_blocks)} blocks x {args.max_len} | batch {args.batch_size} = {world} x "
               f"{accum} x {args.device_batch_size} | {dtype} on {device.type}"
+              + (f" ({threads} thread{'s' * (threads > 1)}: {why})" if device.type == "cpu" else "")
               + (f" | init {init_source}" if args.init else "")
               + (f" | resumed at step {start}" if resuming else ""))
 
