@@ -33,11 +33,12 @@ import torch
 import torch.nn.functional as F
 
 import cli
-from cli import int_range
+import runs
+from cli import UsageError, int_range
 from data import load_tokenizer, make_blocks, tokenize_corpus
 from finetune import load_pretrained, spearman
 from model import Bert
-from taco import UsageError, context_groups, pair_sums
+from taco import context_groups, pair_sums
 from toy import toy_corpus, toy_sentence_eval
 
 METRICS = ("cosine", "dot", "l1", "l2", "l10")
@@ -384,7 +385,7 @@ def load_encoder(spec):
     if os.path.isfile(source):
         cfg = os.path.join(os.path.dirname(source), "config.json")
         if os.path.isfile(cfg):
-            run_args = cli.read_json(cfg).get("args", {})
+            run_args = runs.read_json(cfg).get("args", {})
     return encoder.eval(), load_tokenizer(vocab), run_args, source
 
 
@@ -486,7 +487,7 @@ def main(argv=None):
             tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
             plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)
         if args.json:
-            cli.write_json(args.json, result)  # all or nothing
+            runs.write_json(args.json, result)  # all or nothing
         return result
 
 

@@ -8,7 +8,7 @@
     python bench.py --tokenizer big.txt --vocab path/to/vocab.txt   # the tokenizer vs Hugging Face's
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
-taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
+runs.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
 tokens masked by data.mask_tokens.
     taco-mlm  taco's BertForPreTraining: MLM logits only at the masked rows
     taco-tc   the same + taco's TC loss (window 5, K 50, tau 0.07): TACO
@@ -41,10 +41,12 @@ from types import SimpleNamespace
 import torch
 
 import cli
+import fast
 from cli import float_range, int_range
 from data import load_tokenizer, mask_tokens, read_documents, retromae_batch
 from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
-from taco import DecoderInputs, compute_loss, configure_optimizer, retromae_loss, similarity_route, tc_loss
+from runs import configure_optimizer
+from taco import DecoderInputs, MaskedBatch, compute_loss, retromae_loss, tc_loss
 from tokenizer import WordPieceTokenizer
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
@@ -129,8 +131,10 @@ def make_step(name, args, cfg, inputs, labels):
                                          "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")})
         model = transformers.BertForMaskedLM(hf_cfg)
     model = model.to(args.device).train()
+    if name.startswith("taco"):
+        fast.install(model)  # taco's CPU dropout and attention, as taco.py trains
     loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm", tc_weight=1.0, window=5,
-                                negatives=50, temperature=0.07, negatives_from="device", plain_tc=False)
+                                negatives=50, temperature=0.07, negatives_from="device", plain_tc=False, plain=False)
     optimizer = configure_optimizer(model, lr=1e-4, weight_decay=0.01)
     scaler = torch.amp.GradScaler(args.device.type, enabled=args.dtype == "fp16")
     run = torch.compile(model) if args.compile else model
@@ -143,7 +147,7 @@ def make_step(name, args, cfg, inputs, labels):
             if name == "taco-retromae":
                 loss = retromae_loss(run, inputs, labels, dec)[0]
             elif name.startswith("taco"):
-                loss = compute_loss(run, inputs, labels, None, loss_args, gen)[0]
+                loss = compute_loss(run, MaskedBatch(inputs, labels), loss_args, gen)[0]
             else:
                 out = run(input_ids=inputs, labels=labels, output_hidden_states=name == "hf-tc")
                 loss = out.loss if name == "hf-mlm" else out.loss + tc_loss(
@@ -305,7 +309,7 @@ def measure(args, argv):
     print(f"\nTC step / MLM step: taco {ratio('taco-tc', 'taco-mlm'):.3f}, Hugging Face + plain TC "
           f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
     n = args.batch_size * args.max_len  # anchors = keys: every token of the micro-batch
-    route, madds = similarity_route(n, n, 1 + 50, cfg.hidden_size)
+    route, madds = fast.similarity_route(n, n, 1 + 50, cfg.hidden_size)
     print(f"TC similarities per step (forward + backward): taco {2 * madds / 1e9:.3g} GFLOP by the {route} route; "
           f"the plain einsum {4 * n * 51 * cfg.hidden_size / 1e9:.3g} GFLOP; an N x N product "
           f"{2 * (n * n + n * 51) * cfg.hidden_size / 1e9:.3g} GFLOP")

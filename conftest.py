@@ -1,10 +1,65 @@
-"""Fixtures shared by the test files (one per product module)."""
-import pytest
+"""Fixtures shared by the test files (one test file per product module)."""
+import os
 
+import pytest
+import torch
+
+import taco
 import toy
+from tokenizer import WordPieceTokenizer
+
+# A 16-step run of the tiny model: seconds, with checkpoints, evaluations and logs along the way.
+QUICK = ["--steps", "16", "--batch_size", "8", "--max_len", "32", "--save_every", "4",
+         "--eval_every", "8", "--eval_blocks", "8", "--log_every", "2", "--keep_last", "10"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory):
+    """One toy corpus and token cache for the whole session (subprocesses inherit it)."""
+    path = str(tmp_path_factory.mktemp("taco_cache"))
+    os.environ["TACO_CACHE"] = path
+    return path
 
 
 @pytest.fixture(scope="session")
-def toy_dir(tmp_path_factory):
-    """The toy corpus folder (vocab.txt, train.txt, glue/, wordsim.txt), generated once for the session."""
-    return toy.toy_corpus(tmp_path_factory.mktemp("cache"))
+def toy_dir(cache_dir):
+    """The toy corpus folder: vocab.txt, train.txt, glue/, wordsim.txt."""
+    return toy.toy_corpus(cache_dir)
+
+
+# A hand-made vocabulary: specials, whole words, "##" pieces, CJK, punctuation, an emoji.
+SMALL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "un", "##aff", "##able",
+         "e", "中", "文", "，", "。", ",", ".", "!", "[", "]", "x", "y", "a", "##b", "##c", "cafe",
+         "naive", "mask", "😀"]
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A WordPieceTokenizer over SMALL."""
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(SMALL) + "\n", encoding="utf-8")
+    return WordPieceTokenizer(path)
+
+
+@pytest.fixture(scope="session")
+def quick():
+    """taco.py's flags for a quick run (QUICK); add --out and whatever the test varies."""
+    return list(QUICK)
+
+
+@pytest.fixture(scope="session")
+def run_taco():
+    """taco.main in-process -> its exit code (0 when it returns)."""
+    def run(argv):
+        try:
+            taco.main(argv)
+        except SystemExit as exit:
+            return exit.code
+        return 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def final_weights():
+    """The model weights of a run's checkpoint at `step` (a quick run ends at 16)."""
+    return lambda out, step=16: torch.load(os.path.join(out, f"ckpt_{step:08d}.pt"), weights_only=True)["model"]

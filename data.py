@@ -19,7 +19,7 @@ import torch
 
 import cli
 from cli import DataError, default_cache_dir, int_range
-from tokenizer import SPECIAL_TOKENS, WordPieceTokenizer  # noqa: F401 (SPECIAL_TOKENS: data's public names)
+from tokenizer import WordPieceTokenizer
 from toy import toy_corpus
 
 # name -> (hub dataset id, config, split, text column, rows joined into one document).
@@ -245,6 +245,34 @@ def make_blocks(tokens, max_len, cls_id, sep_id):
         raise DataError(f"the corpus has {len(tokens)} tokens, fewer than one block of {max_len}: "
                         "use more text or a smaller --max_len")
     return Blocks(tokens, max_len, cls_id, sep_id)
+
+
+class Batches:
+    """The training blocks of each optimizer step: a fresh permutation per epoch, seeded by
+    (seed, epoch) and so the same on every rank and after a resume; each rank takes its share
+    of the global batch and reads it as micro-batches of `micro` sequences."""
+
+    def __init__(self, blocks, batch_size, micro, seed, rank=0, world=1):
+        self.blocks, self.batch_size, self.micro, self.seed = blocks, batch_size, micro, seed
+        self.per_rank, self.rank = batch_size // world, rank
+        self.per_epoch = len(blocks) // batch_size  # optimizer steps per epoch
+        if self.per_epoch == 0:
+            raise DataError(f"the corpus gives {len(blocks)} training blocks of {blocks.max_len} tokens, "
+                            f"fewer than one batch of {batch_size}; lower --batch_size or add data")
+        self.epoch, self.order = None, None
+
+    def micro_batches(self, step):
+        """This rank's micro-batches of optimizer step `step`: int64 tensors (micro, max_len)."""
+        epoch, i = divmod(step, self.per_epoch)
+        if epoch != self.epoch:  # int32 (the same order as int64): 4 bytes a block, the one buffer that grows
+            self.order = torch.randperm(len(self.blocks), generator=torch.Generator().manual_seed(self.seed + epoch),
+                                        dtype=torch.int32)
+            self.epoch = epoch
+        mine = self.order[i * self.batch_size:(i + 1) * self.batch_size][self.rank * self.per_rank:
+                                                                         (self.rank + 1) * self.per_rank]
+        for start in range(0, self.per_rank, self.micro):
+            rows = np.sort(mine[start:start + self.micro].numpy())  # in file order: fewer seeks in the memmap
+            yield torch.from_numpy(self.blocks[rows].astype(np.int64))
 
 
 # ----------------------------------------------------------------------------- masking

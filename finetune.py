@@ -36,11 +36,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import cli
-from cli import float_range, int_range
+import fast
+import runs
+from cli import UsageError, float_range, int_range
 from data import load_tokenizer
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
-from taco import (UsageError, configure_optimizer, find_weights, get_lr, load_checkpoint, setup_distributed,
-                  vocab_beside)
+from runs import configure_optimizer, find_weights, get_lr, load_checkpoint, setup_distributed, vocab_beside
 from toy import toy_corpus
 
 
@@ -259,7 +260,7 @@ def load_pretrained(spec):
         raise FinetuneError(f"--model {err}") from err
     try:
         if is_hf:
-            config = BertConfig.from_dict(cli.read_json(os.path.join(spec, "config.json")))
+            config = BertConfig.from_dict(runs.read_json(os.path.join(spec, "config.json")))
             model = BertForSequenceClassification(config)
             fresh = load_hf_state_dict(model, {k: v for k, v in read_weights(spec).items()
                                                if not k.startswith("classifier.")})
@@ -307,6 +308,8 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     raw = BertForSequenceClassification(config, num_labels=1 if regression else len(task.labels))
     raw.load_state_dict(weights, strict=False)
     raw.to(device)
+    if not args.plain:
+        fast.install(raw)  # faster CPU dropout and attention: the same computation (fast.py)
     model = DDP(raw, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else raw
     optimizer = configure_optimizer(raw, lr, args.weight_decay)  # as in pre-training
     scaler = torch.amp.GradScaler(device.type, enabled=args.dtype == "fp16")
@@ -390,7 +393,7 @@ def write_predictions(model, task, data, args):
         lines = ["index\tprediction"] + [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None
                                          else f"{i}\t{task.labels[int(p)]}" for i, p in zip(data[test]["index"], preds)]
         path = os.path.join(args.out, "predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
-        cli.atomic_write(path, lambda f: f.write(("\n".join(lines) + "\n").encode()))
+        runs.atomic_write(path, lambda f: f.write(("\n".join(lines) + "\n").encode()))
 
 
 # ----------------------------------------------------------------------------- summary
@@ -417,9 +420,9 @@ def summarize(records):
                     configs.setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
             if configs:
                 best = max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()]))
-                runs = list(best.values())
-                tasks[name] = {"config": {k: runs[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in runs),
-                               "metrics": {m: seed_stats([r["metrics"][m] for r in runs]) for m in runs[0]["metrics"]}}
+                chosen = list(best.values())
+                tasks[name] = {"config": {k: chosen[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in chosen),
+                               "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]}}
         glue = [s["metrics"]["main"]["mean"] for name, s in tasks.items() if name != "toy"]
         models[model] = {"tasks": tasks, "glue_average": float(np.mean(glue)) if len(glue) > 1 else None}
     return {"split": "dev", "models": models}
@@ -486,6 +489,8 @@ def get_args(argv=None):
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision; None: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
     cli.add_threads_flag(p)
+    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention instead of fast.py's "
+                   "CPU equivalents (the same computation, other random draws)")
     # output
     p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, predictions/")
     p.add_argument("--predict_test", action="store_true", help="write GLUE server files of each task's best run "
@@ -539,13 +544,13 @@ def finetune(args):
         for lr, bs, epochs, seed in grid:
             record, model = run_one(task, data, config, weights, args, lr, bs, epochs, seed)
             if args.rank == 0:
-                cli.append_jsonl(results, record)
+                runs.append_jsonl(results, record)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
     if args.rank == 0:
-        summary = summarize(cli.read_jsonl(results))  # a line torn by a kill is dropped
-        cli.write_json(os.path.join(args.out, "summary.json"), summary)
+        summary = summarize(runs.read_jsonl(results))  # a line torn by a kill is dropped
+        runs.write_json(os.path.join(args.out, "summary.json"), summary)
         print(format_table(summary))
     if args.world > 1:
         torch.distributed.barrier()

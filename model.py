@@ -13,8 +13,8 @@ Checkpoints move both ways between this code and Hugging Face's `transformers`
 without importing `transformers`: a `.safetensors` file is read and written by a
 small reader of its documented format below.
 
-The file reads like BERT top to bottom; the two CPU speed paths (dropout, attention with
-dropout) sit in one marked section at the end, reached only through `Dropout` and `attention`.
+The file reads like BERT top to bottom, in plain PyTorch; faster CPU equivalents of its dropout
+and attention live in fast.py, which the training loops install.
 """
 import json
 import os
@@ -78,9 +78,6 @@ class BertConfig:
 
 
 # ----------------------------------------------------------------------------- blocks
-# BERT's layers in plain PyTorch. Dropout (`Dropout`, a drop-in nn.Dropout) and the attention
-# core (`attention`: softmax(q k^T / sqrt(hs)) v) are the one seam to the CPU speed paths at the
-# end of this file: on GPU and at inference they are F.dropout and F.scaled_dot_product_attention.
 
 class Embeddings(nn.Module):
     """e = LayerNorm(word + position + token type), then dropout."""
@@ -91,7 +88,7 @@ class Embeddings(nn.Module):
         self.position = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.hidden_dropout_prob)  # nn.Dropout
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids=None):
         T = input_ids.size(1)
@@ -117,6 +114,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.attn_dropout = cfg.attention_probs_dropout_prob
+        self.attend = F.scaled_dot_product_attention  # softmax(q k^T / sqrt(hs)) v; fast.install swaps in a CPU one
 
     def forward(self, x, mask=None, context=None):
         B, T, H = x.shape
@@ -129,7 +127,8 @@ class SelfAttention(nn.Module):
                    for t in (q, k, v))  # (B, nh, T or S, hs)
         # A boolean mask (True = may attend) never overflows in fp16, unlike the additive
         # -10000 of the original code; mask=None lets SDPA pick its fastest kernel.
-        y = attention(q, k, v, mask, self.attn_dropout if self.training else 0.0)  # (B, nh, T, hs)
+        p = self.attn_dropout if self.training else 0.0
+        y = self.attend(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return self.proj(y)
 
@@ -153,7 +152,7 @@ class Block(nn.Module):
         self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
         self.mlp_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.hidden_dropout_prob)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, x, mask=None, context=None):
         x = self.attn_norm(x + self.dropout(self.attn(x, mask, context)))
@@ -322,7 +321,7 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
         self.config, self.num_labels = config, num_labels
         self.bert = Bert(config)
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         for m in (self.pooler, self.classifier):
             init_weights(m, config.initializer_range)
@@ -485,53 +484,3 @@ def read_weights(path):
     if os.path.exists(pt):
         return torch.load(pt, map_location="cpu", weights_only=True)
     raise FileNotFoundError(f"{path} holds neither model.safetensors nor pytorch_model.bin")
-
-
-# ============================================================================= CPU speed paths
-# Two drop-in replacements for CPU training. Each computes what the plain PyTorch op computes
-# (tested in test_speed.py) and takes over only when training on CPU; everywhere else, and
-# with CPU_SPEED_PATHS = False (to read or debug), the plain op runs.
-#
-#   dropout / Dropout   replaces F.dropout / nn.Dropout: 16-bit random integers instead of the
-#                       serial Bernoulli sampler (~10% of a BERT-small CPU step)
-#   attention           replaces F.scaled_dot_product_attention when it has dropout on CPU:
-#                       SDPA has no fused CPU kernel with dropout, and its fallback runs these
-#                       same steps with extra scaling and masking passes and the serial sampler
-
-CPU_SPEED_PATHS = True
-
-
-def dropout(x, p, training):
-    """BERT's dropout: zero each element with probability p, scale the others by 1 / (1 - p).
-
-    On CPU, F.dropout draws from a serial Bernoulli sampler that takes ~10% of a BERT-small
-    step. Here one 64-bit draw is split into four 16-bit integers, each compared with
-    p * 2^16: P(zero) is p rounded to a multiple of 2^-16 (0.1 -> 0.1000061), and the kept
-    elements are scaled by the exact inverse of the keep rate, so E[output] = x. About 3x
-    faster than F.dropout (2M elements, 2 threads). On GPU F.dropout is one fused kernel: kept.
-    """
-    drop = round(p * 2 ** 16)  # drop the 16-bit values below this threshold
-    if not (CPU_SPEED_PATHS and training and 0 < drop < 2 ** 16 and x.device.type == "cpu"):
-        return F.dropout(x, p, training)
-    n = x.numel()
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)  # uniform 64-bit
-    keep = bits.view(torch.int16)[:n].view(x.shape) >= drop - 2 ** 15  # P(keep) = 1 - drop / 2^16
-    return x * keep.to(x.dtype).mul_(2 ** 16 / (2 ** 16 - drop))
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout through `dropout` above."""
-
-    def forward(self, x):
-        return dropout(x, self.p, self.training)
-
-
-def attention(q, k, v, mask, dropout_p):
-    """softmax(q k^T / sqrt(hs)) v over the keys that `mask` allows (True = may attend), with
-    dropout on the attention weights: SDPA, or its steps written out for CPU fp32 training."""
-    if not (CPU_SPEED_PATHS and dropout_p > 0 and q.is_cpu and q.dtype == torch.float32):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    att = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)  # (B, nh, T, T)
-    if mask is not None:  # padding keys get the lowest score, not -inf: never NaN
-        att = att.masked_fill(~mask, torch.finfo(att.dtype).min)
-    return dropout(att.softmax(-1), dropout_p, True) @ v  # (B, nh, T, hs)

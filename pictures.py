@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from cli import UsageError
 from data import DataError, make_blocks, tokenize_corpus
-from taco import UsageError
 from toy import TOPICS
 
 

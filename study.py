@@ -37,6 +37,7 @@ import torch
 import analyze
 import cli
 import finetune
+import runs
 import taco
 from cli import float_range, int_range
 from data import load_tokenizer
@@ -70,8 +71,8 @@ def pretrain(name, args, seed, out_dir, extra=()):
                                            str(args.save_every), "--keep_last", "1000000", "--out", out, *extra]
     want = {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}
     with contextlib.suppress(OSError, ValueError, KeyError):
-        have = cli.read_json(os.path.join(out, "config.json"))["args"]
-        last = taco.latest_checkpoint(out)
+        have = runs.read_json(os.path.join(out, "config.json"))["args"]
+        last = runs.latest_checkpoint(out)
         if all(have.get(k) == v for k, v in want.items()) and last and last.endswith(f"{want['steps']:08d}.pt"):
             print(f"{name}: reusing the finished run in {out}")
             return out
@@ -88,7 +89,7 @@ def pretrain(name, args, seed, out_dir, extra=()):
     if rc:
         with open(out + ".log") as f:
             tail = [line for line in f.read().replace("\r", "\n").splitlines() if line.strip()][-1:]
-        raise taco.UsageError(f"taco.py failed for {name} (exit {rc}): {' '.join(tail)}; see {out}.log")
+        raise cli.UsageError(f"taco.py failed for {name} (exit {rc}): {' '.join(tail)}; see {out}.log")
     return out
 
 
@@ -110,13 +111,13 @@ def finetune_scores(config, weights, tok, args, ft):
 def measure(name, run, args, ft, pairs, init_rows):
     """One row per checkpoint of a run (and its step-0 init): analysis, eval MLM, fine-tuning.
     init_rows: {(model config, seed, data, max_len): step-0 row}, shared by the objectives."""
-    cfg = cli.read_json(os.path.join(run, "config.json"))
-    evals = {r["step"]: r for r in cli.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r}
+    cfg = runs.read_json(os.path.join(run, "config.json"))
+    evals = {r["step"]: r for r in runs.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r}
     torch.manual_seed(cfg["args"]["seed"])  # taco.py's init, exactly: the step-0 row
     init = BertForPreTraining(BertConfig(**cfg["model_config"])).bert
     rows, tok, batches = [], None, None
     init_key = json.dumps([cfg["model_config"], cfg["args"]["seed"], cfg["args"]["data"], cfg["args"]["max_len"]])
-    for path in [None] + sorted(taco.list_checkpoints(run)):
+    for path in [None] + sorted(runs.list_checkpoints(run)):
         if path is None:
             if init_key in init_rows:  # objectives that share an init share its row: measure it once
                 rows.append({**init_rows[init_key], "variant": name})
@@ -169,18 +170,18 @@ def tacl_runs(args, seed):
             "mlm_continued": pretrain("mlm_continued", args, seed, args.out, ["--objective", "mlm", *same])}
 
 
-def measure_final(runs, args, ft, pairs):
+def measure_final(run_dirs, args, ft, pairs):
     """The final checkpoint of each run: held-out MLM, self-similarity per layer, contextual score,
     fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
     rows, panels, batches = [], {}, None
-    for name, run in runs.items():
-        encoder, tok, run_args, _ = analyze.load_encoder(taco.latest_checkpoint(run))
+    for name, run in run_dirs.items():
+        encoder, tok, run_args, _ = analyze.load_encoder(runs.latest_checkpoint(run))
         if batches is None:
             batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
                                               32, args.cache_dir)
             sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
         res = analyze.analyze(encoder, tok, batches, pairs)
-        ev = [r for r in cli.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
+        ev = [r for r in runs.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
         weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
         scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []
         rows.append({"variant": name, "step": ev["step"], "eval_mlm_loss": ev["eval_mlm_loss"],
@@ -324,16 +325,16 @@ def retromae_study(args, pairs, device):
     stage0 = pretrain("mlm", args, seed, os.path.join(args.out, "stage0"))
     cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps,
                                  "taco_args": f"{args.taco_args} --init {shlex.quote(stage0)}"})
-    runs = {name: pretrain(name, cont, seed, args.out) for name in RETROMAE_VARIANTS}
+    run_dirs = {name: pretrain(name, cont, seed, args.out) for name in RETROMAE_VARIANTS}
     tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
     evalset = toy_sentence_eval(args.cache_dir)
     sts = analyze.read_sts(os.path.join(evalset, "sts.tsv"))
-    cfg = cli.read_json(os.path.join(stage0, "config.json"))["args"]
+    cfg = runs.read_json(os.path.join(stage0, "config.json"))["args"]
     batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
     ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
     rows = []
-    for name, run in [("init (MLM stage 0)", stage0)] + list(runs.items()):
-        encoder, _, _, _ = analyze.load_encoder(taco.latest_checkpoint(run))
+    for name, run in [("init (MLM stage 0)", stage0)] + list(run_dirs.items()):
+        encoder, _, _, _ = analyze.load_encoder(runs.latest_checkpoint(run))
         steps = args.steps + (0 if run == stage0 else args.continue_steps)
         ret = analyze.cls_retrieval(encoder, tok, os.path.join(evalset, "retrieval"), "dot")
         res = analyze.analyze(encoder, tok, batches, pairs)
@@ -411,23 +412,23 @@ def main(argv=None):
     with cli.errors():
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         if not names or any(v not in VARIANTS for v in names):
-            raise taco.UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
+            raise cli.UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
         cli.output_path(args.out, "--out", folder=True)
         device = cli.device(args.device)
         if len(set(args.seed)) < len(args.seed):
-            raise taco.UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
+            raise cli.UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
         pairs = analyze.read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
                                    if args.pairs == "toy" else args.pairs)  # a bad file fails before training
         if args.plot:
             cli.output_path(args.plot, "--plot", folder=False)
         if args.tacl:
             if len(args.seed) > 1:
-                raise taco.UsageError("--tacl runs one pre-training seed: pass one --seed")
+                raise cli.UsageError("--tacl runs one pre-training seed: pass one --seed")
             os.makedirs(args.out, exist_ok=True)
             return tacl_study(args, pairs, device, t0)
         if args.retromae:
             if len(args.seed) > 1:
-                raise taco.UsageError("--retromae runs one pre-training seed: pass one --seed")
+                raise cli.UsageError("--retromae runs one pre-training seed: pass one --seed")
             os.makedirs(args.out, exist_ok=True)
             return finish_retromae(args, retromae_study(args, pairs, device), t0)
         rows, wall, ft, init_rows = [], {}, None, {}
@@ -441,11 +442,11 @@ def main(argv=None):
                 rows += done["rows"]
                 wall[seed] = done["wall"][str(seed)]
                 continue
-            runs = {name: pretrain(name, args, seed, out) for name in names}
+            run_dirs = {name: pretrain(name, args, seed, out) for name in names}
             t_train = time.time() - t_seed
             if ft is None:  # the toy task, tokenised once; the run's vocab (all runs share it)
-                ft = finetune_data(args, os.path.join(runs[names[0]], "vocab.txt"), device) if args.ft_seeds else {}
-            mine = [row for name in names for row in measure(name, runs[name], args, ft, pairs, init_rows)]
+                ft = finetune_data(args, os.path.join(run_dirs[names[0]], "vocab.txt"), device) if args.ft_seeds else {}
+            mine = [row for name in names for row in measure(name, run_dirs[name], args, ft, pairs, init_rows)]
             wall[seed] = {"pretrain_s": round(t_train), "total_s": round(time.time() - t_seed)}
             save(out, args, {seed: wall[seed]}, mine, format_table(mine))
             print(f"seed {seed}: wall time {wall[seed]['total_s']} s ({wall[seed]['pretrain_s']} s pre-training)")
@@ -460,7 +461,7 @@ def finished(out, args, seed):
     """out/study.json if it holds this seed measured with the same settings, else None."""
     skip = {"seed", "out", "plot", "threads"}  # where and how fast, not what
     with contextlib.suppress(OSError, ValueError, KeyError):
-        saved = cli.read_json(os.path.join(out, "study.json"))
+        saved = runs.read_json(os.path.join(out, "study.json"))
         same = all(saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip)
         if same and str(seed) in saved["wall"] and {r["seed"] for r in saved["rows"]} == {seed}:
             return saved
@@ -485,22 +486,22 @@ def finetune_data(args, vocab_file, device):
 
 def save(out, args, wall, rows, table):
     """OUT/study.json (settings, wall times, every row), OUT/table.md, the printed table, the plot."""
-    cli.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    cli.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    runs.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    runs.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     plot(rows, os.path.join(out, "study.png") if not args.plot or out != args.out else args.plot)
 
 
 def tacl_study(args, pairs, device, t0):
     """--tacl: TaCL's miniature, for one pre-training seed; OUT/tacl.json, tacl_table.md, tacl_heatmap.png."""
-    runs = tacl_runs(args, args.seed[0])
+    run_dirs = tacl_runs(args, args.seed[0])
     t_train = time.time() - t0
-    ft = finetune_data(args, os.path.join(next(iter(runs.values())), "vocab.txt"), device) if args.ft_seeds else {}
-    rows, tokens, panels = measure_final(runs, args, ft, pairs)
+    ft = finetune_data(args, os.path.join(next(iter(run_dirs.values())), "vocab.txt"), device) if args.ft_seeds else {}
+    rows, tokens, panels = measure_final(run_dirs, args, ft, pairs)
     table = format_tacl_table(rows)
     wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
-    cli.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    cli.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
+    runs.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    runs.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
     print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
@@ -511,8 +512,8 @@ def finish_retromae(args, rows, t0):
     """study.json, table.md and the printed table of the --retromae mode."""
     table = format_retromae_table(rows)
     wall = {"total_s": round(time.time() - t0)}
-    cli.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    cli.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    runs.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    runs.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     print(f"wall time: {wall['total_s']} s")
     return rows

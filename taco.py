@@ -16,40 +16,34 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
 from it, the micro-batch and the world size, so every launch above takes the same optimizer steps.
 """
-import argparse
 import contextlib
-import hashlib
-import os
-import signal
-import sys
-import time
-import warnings
-from dataclasses import asdict
 from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
-from tqdm import tqdm
 
 import cli
+import fast
+import runs
 from cli import UsageError, float_range, int_range
-from data import load_tokenizer, make_blocks, mask_tokens, rand, retromae_batch, token_cache_path, tokenize_corpus
+from data import Batches, load_tokenizer, mask_tokens, rand, retromae_batch
+from fast import SampledCosines
 from model import SIZES, Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 
 
 # ----------------------------------------------------------------------------- the TC loss (the paper's Sec. 3)
 
 def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
-            generator=None, positions=None, fast=True, group=None):
+            generator=None, positions=None, fast=False, group=None):
     """TACO's token-alignment contrastive loss: the paper's Eq. 4, averaged over anchors.
 
     h: last-layer hidden states (B, T, H); e: embedding-layer output (B, T, H);
     attention_mask: (B, T), 1 = real token (None: all real, as in packed pre-training blocks);
     positions: optional (B, T) bool restricting the anchors (e.g. masked tokens only);
-    fast: the cosines by `SampledCosines` (below) instead of normalize + einsum; the same numbers;
+    fast: the cosines by fast.SampledCosines instead of normalize + einsum: the same numbers, at
+    linear cost (the training loop's default; --plain_tc turns it off);
     group: a torch.distributed group whose ranks pool their micro-batches for negatives (every
     rank must pass a generator in the same state); None: negatives from this micro-batch.
     """
@@ -72,7 +66,7 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
         pos = sample_positives(pool, window, generator)[mine]  # (B, T): j, near i in its sequence
         neg = sample_negatives(pool, num_negatives, generator)[mine]  # (B, T, K): k, in other sequences
         cols = torch.cat([pos[..., None], neg], -1).reshape(B * T, -1)  # (B*T, 1+K), the positive first
-        if fast:  # the same cosines at linear cost, normalising g itself (below)
+        if fast:  # the same cosines at linear cost, normalising g itself (fast.py)
             cos = SampledCosines.apply(g.reshape(B * T, H), keys, cols)
         else:
             cos = torch.einsum("nh,njh->nj", z, keys[cols])  # z_i . z_j for each j in cols: (B*T, 1+K)
@@ -133,66 +127,6 @@ def gather_pool(keys, real, group):
     dist.all_gather(parts[1], real.to(torch.uint8).contiguous(), group=group)
     B = real.shape[0]
     return torch.cat(parts[0]), torch.cat(parts[1]).bool(), slice(rank * B, (rank + 1) * B)
-
-
-# ----------------------------------------------------------------------------- the fast similarity (a drop-in)
-
-class SampledCosines(torch.autograd.Function):
-    """out[n, j] = cos(g[n], keys[cols[n, j]]) for unit-length keys, with a gradient to `g` only:
-    tc_loss's F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the
-    einsum's (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256),
-    which it writes, reads back and keeps for the backward.
-
-    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`similarity_route`):
-    the sampled entries of g @ keys.T alone (a sampled dense-dense product,
-    torch.sparse.sampled_addmm), or the whole product, a chunk of anchors at a time, then a pick;
-    divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
-    embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
-        d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
-    two in-place passes over g where F.normalize's own backward takes about six. Equal to the
-    plain form to float rounding (test_speed.py); keys must be detached.
-    """
-
-    @staticmethod
-    def forward(ctx, g, keys, cols):
-        if ctx.needs_input_grad[1]:
-            raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
-        inv = 1 / g.norm(dim=1).clamp_min(1e-12)  # 1 / |g[n]|; F.normalize's floor (its backward differs below it)
-        n, j = cols.shape
-        if similarity_route(n, len(keys), j, g.shape[1])[0] == "product":  # <= 1M dots (4 MB) per chunk
-            step = max(1, 2 ** 20 // len(keys))
-            dots = torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(g.split(step), cols.split(step))])
-        else:
-            with warnings.catch_warnings():  # "sparse CSR support is in beta"
-                warnings.simplefilter("ignore", UserWarning)
-                pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=g.device), cols.reshape(-1),
-                                                  g.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
-                dots = torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
-        out = dots * inv[:, None]
-        ctx.save_for_backward(g, keys, cols, inv, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        g, keys, cols, inv, out = ctx.saved_tensors
-        with torch.autocast(keys.device.type, enabled=False):  # backward runs under the caller's autocast
-            grad = grad.to(keys.dtype)
-            u = F.embedding_bag(cols, keys, per_sample_weights=grad, mode="sum")
-            s = (grad * out).sum(1) * inv  # s[n] / |g[n]|: then s[n] z[n] = this * g[n]
-            return u.addcmul_(g, s[:, None], value=-1).mul_(inv[:, None]), None, None
-
-
-PRODUCT_SPEEDUP = 16  # a matrix product does ~this many times more multiply-adds per second than sampled_addmm (CPU, measured)
-
-
-def similarity_route(n, m, j, h):
-    """The forward route of SampledCosines for n anchors, m keys, j sampled keys per anchor and
-    width h, and the multiply-adds of forward + backward. "product" (n x m, then pick) costs
-    n m h and "sampled" (sampled_addmm) n j h, but the product runs PRODUCT_SPEEDUP times faster
-    per multiply-add, so it wins while m <= PRODUCT_SPEEDUP * j. The backward is n j h either way."""
-    if m <= PRODUCT_SPEEDUP * j:
-        return "product", n * m * h + n * j * h
-    return "sampled", 2 * n * j * h
 
 
 # ----------------------------------------------------------------------------- the TaCL loss
@@ -356,18 +290,11 @@ PAPER_DATA, TOY_SIZES = "wikipedia,bookcorpus", ("tiny", "mini")
 
 # Settings that may change between a run and its --resume without making it another run.
 RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
-             "skip_nonfinite", "compile", "plain_tc", "threads", "num_proc", "cache_dir", "device", "device_batch_size"}
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Show a flag's default unless it is None/False (those helps say what happens)."""
-
-    def _get_help_string(self, action):
-        return action.help if action.default in (None, False) else super()._get_help_string(action)
+             "skip_nonfinite", "compile", "plain_tc", "plain", "threads", "num_proc", "cache_dir", "device", "device_batch_size"}
 
 
 def get_args(argv=None):
-    p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=HelpFormatter)
+    p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=cli.HelpFormatter)
     # model and objective
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
     p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl", "retromae"],
@@ -385,7 +312,7 @@ def get_args(argv=None):
     p.add_argument("--temperature", type=float_range(0, lo_open=True), default=None, help="tau of the InfoNCE softmax "
                    "(default: 0.07 for taco, 0.01 for tacl)")
     p.add_argument("--plain_tc", action="store_true", help="compute the TC cosines by the plain einsum "
-                   "(the same numbers, slower, more memory) instead of taco.SampledCosines")
+                   "(the same numbers, slower, more memory) instead of fast.SampledCosines")
     p.add_argument("--teacher_dropout", default="on", choices=["on", "off"],
                    help="tacl: dropout in the frozen teacher; on as in the official code (yxuansu/TaCL#11)")
     p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=None,
@@ -433,6 +360,8 @@ def get_args(argv=None):
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision (default: bf16 on capable CUDA, else fp32)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--plain", action="store_true", help="every plain form: --plain_tc, and PyTorch's own dropout and "
+                   "attention instead of fast.py's CPU equivalents (the same computation, other random draws)")
     cli.add_threads_flag(p)
     # output
     p.add_argument("--out", default="runs/taco", help="run directory: config, metrics, checkpoints")
@@ -457,14 +386,14 @@ def get_args(argv=None):
     if args.data is None:
         args.data = "toy" if args.size in TOY_SIZES else PAPER_DATA
     if args.vocab is None:  # the init's own vocabulary, else the data's usual one
-        args.vocab = (vocab_beside(args.init) if args.init else
+        args.vocab = (runs.vocab_beside(args.init) if args.init else
                       "toy" if args.data == "toy" else "bert-base-uncased")
     return args
 
 
-def check_args(args, world_size):
+def check_args(args, world_size, warn=print):
     """Catch mistakes that involve several flags (each flag's own range is checked by argparse)
-    before anything is written; returns the accumulation steps."""
+    before anything is written, and warn of doubtful ones; returns the accumulation steps."""
     check_tacl_args(args)
     if args.warmup > args.steps:
         raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
@@ -487,6 +416,12 @@ def check_args(args, world_size):
     if args.objective == "taco" and args.negatives > (pool - 1) * args.max_len:
         raise UsageError(f"--negatives {args.negatives} exceeds the {(pool - 1) * args.max_len} tokens "
                          f"of the {pool - 1} other sequences negatives come from; lower it or raise --device_batch_size")
+    if dbs < min(args.device_batch_size, per_rank):
+        warn(f"micro-batches of {dbs} sequences, the largest divisor of the per-process batch {per_rank} up to "
+             f"--device_batch_size {args.device_batch_size}" + ("; TACO's negatives come from them" * (args.objective == "taco")))
+    if "toy" in args.data.split(",") and args.size not in TOY_SIZES:
+        warn(f"--size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's run: that is "
+             f"the default --data {PAPER_DATA}")
     args.device_batch_size = dbs
     return per_rank // dbs
 
@@ -510,216 +445,34 @@ def check_tacl_args(args):
                          f"tacl (its anchors are the masked tokens, its negatives the other tokens of the sequence)")
 
 
-def get_lr(step, lr, warmup, steps):
-    """Linear warm-up from 0 to lr over `warmup` steps, then linear decay to 0 at `steps`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    return lr * max(0.0, (steps - step) / max(1, steps - warmup))
+# ----------------------------------------------------------------------------- one training step
 
+class MaskedBatch(NamedTuple):
+    """One micro-batch as the losses read it: the masked inputs and MLM labels (-100: not
+    predicted); tp_labels (--predict_all); TC's anchors (--tc_positions); the unmasked ids
+    (TaCL's teacher reads them); RetroMAE's decoder inputs. None where an objective needs none."""
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    tp_labels: torch.Tensor = None
+    anchors: torch.Tensor = None
+    unmasked: torch.Tensor = None
+    decoder: DecoderInputs = None
 
-def configure_optimizer(model, lr, weight_decay):
-    """AdamW with weight decay on matrices only (not on biases and LayerNorm); fused (one
-    kernel for all tensors) on CPU too, where it is ~4x faster than the default loop."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=True)  # the official scripts' values
-
-
-def step_seed(seed, step, rank):
-    """Every step reseeds from (seed, step, rank): resuming needs no RNG state to be exact."""
-    return hash((seed, step, rank)) & (2 ** 62 - 1)  # hashing ints is stable across runs
-
-
-# ----------------------------------------------------------------------------- checkpoints
-
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def save_checkpoint(out, state, keep_last):
-    """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256).
-
-    A checkpoint counts only once its manifest exists, so a kill at any moment leaves either
-    the previous set of valid checkpoints or the new one. Rotation keeps the newest keep_last.
-    """
-    path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
-    cli.atomic_write(path, lambda f: torch.save(state, f))
-    manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": _sha256(path)}
-    cli.write_json(path[:-3] + ".json", manifest)
-    for old in list_checkpoints(out)[keep_last:]:
-        for p in (old, old[:-3] + ".json"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(p)
-    return path
-
-
-def list_checkpoints(out):
-    """Checkpoint files that have a manifest, newest first (not yet verified)."""
-    if not os.path.isdir(out):
-        return []
-    names = sorted((n for n in os.listdir(out) if n.startswith("ckpt_") and n.endswith(".json")), reverse=True)
-    return [os.path.join(out, n[:-5] + ".pt") for n in names]
-
-
-def verify_checkpoint(path):
-    """None if `path` matches its manifest, else the reason it does not."""
-    try:
-        manifest = cli.read_json(path[:-3] + ".json")
-        cli.regular_file(path, "checkpoint")
-        if os.path.getsize(path) != manifest.get("bytes"):
-            return f"size {os.path.getsize(path)} != {manifest.get('bytes')} (truncated?)"
-        if _sha256(path) != manifest.get("sha256"):
-            return "checksum mismatch (corrupted)"
-    except (OSError, UsageError) as err:
-        return f"unreadable ({err})"
-    return None
-
-
-def latest_checkpoint(out):
-    """The newest checkpoint in `out` that passes verification, or None."""
-    for path in list_checkpoints(out):
-        reason = verify_checkpoint(path)
-        if reason is None:
-            return path
-        print(f"warning: skipping checkpoint {path}: {reason}", file=sys.stderr)
-    return None
-
-
-def load_checkpoint(path):
-    """Load a checkpoint (tensors and plain types only: weights_only=True)."""
-    if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
-        raise UsageError(f"checkpoint {path} is invalid: {reason}")
-    cli.regular_file(path, "checkpoint")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say which, not a traceback
-        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
-
-
-def find_weights(spec):
-    """-> (file or folder to load, is_hf) for a taco run directory (its newest valid
-    checkpoint), a checkpoint file, or a Hugging Face directory (config.json + weights)."""
-    if not os.path.exists(spec):
-        raise UsageError(f"{spec} does not exist: pass a taco run directory, a checkpoint file "
-                         f"or a Hugging Face model directory")
-    if not os.path.isdir(spec):
-        return cli.regular_file(spec, "checkpoint"), False
-    source = latest_checkpoint(spec)
-    if source is not None:
-        return source, False
-    if os.path.isfile(os.path.join(spec, "config.json")) and any(
-            os.path.isfile(os.path.join(spec, w)) for w in ("model.safetensors", "pytorch_model.bin")):
-        return spec, True
-    raise UsageError(f"{spec} holds no valid taco checkpoint (ckpt_*.pt with its manifest) and is "
-                     f"not a Hugging Face directory (config.json + model.safetensors)")
-
-
-def vocab_beside(source):
-    """The vocab.txt that goes with a checkpoint file or a model directory."""
-    return os.path.join(source if os.path.isdir(source) else os.path.dirname(source), "vocab.txt")
-
-
-def load_init(spec):
-    """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue
-    from -> (config, state_dict, source). Weights only: optimizer, schedule and step start anew.
-    A Hugging Face encoder without an MLM head gets a fresh head (with a note)."""
-    source, is_hf = find_weights(spec)
-    try:
-        if is_hf:
-            model = BertForPreTraining.from_pretrained(source)
-            return model.config, model.state_dict(), source
-        state = load_checkpoint(source)
-        return BertConfig.from_dict(state["model_config"]), state["model"], source
-    except UsageError:
-        raise
-    except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
-        raise UsageError(f"cannot load --init {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
-
-
-# ----------------------------------------------------------------------------- distributed set-up
-
-def setup_distributed(device_arg):
-    """torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a plain `python taco.py` is rank 0 of 1."""
-    device = cli.device(device_arg)  # one line if it cannot be used here
-    device_type = device.type
-    if "RANK" not in os.environ:
-        return 0, 0, 1, device
-    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    if device_type == "cuda":
-        torch.cuda.set_device(local_rank)
-    # torchrun restarts workers against the same key-value store, which still holds the
-    # dead workers' addresses; a prefix per attempt keeps the new ones from reading them.
-    store, _, _ = next(dist.rendezvous("env://"))
-    store = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo",
-                            store=store, rank=rank, world_size=world)
-    return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
-
-
-def all_ranks_max(flags):
-    """The elementwise maximum of a tensor of flags over all ranks, as floats (one host sync)."""
-    if dist.is_initialized():
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    return flags.tolist()
-
-
-# ----------------------------------------------------------------------------- training
-
-def prepare_out(args, ckpt, overwrite):
-    """Refuse to clobber another run; on resume, refuse a changed configuration. The settings
-    compared are the checkpoint's own (config.json is a copy for people to read)."""
-    if ckpt is not None:
-        old = ckpt.get("args", {})
-        changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and old.get(k) != v)
-        if changed and not args.force:
-            raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
-                             f"{', '.join(changed)}; pass --force to accept them")
-    elif os.path.exists(os.path.join(args.out, "config.json")) or list_checkpoints(args.out):
-        if not overwrite:
-            raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
-                             f"--force to overwrite it, or another --out")
-        for name in os.listdir(args.out):
-            if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
-                os.remove(os.path.join(args.out, name))
-
-
-def copy_vocab(src, out):
-    """OUT/vocab.txt, written atomically; nothing to do when --vocab is that file already."""
-    dst = os.path.join(out, "vocab.txt")
-    if not (os.path.exists(dst) and os.path.samefile(src, dst)):
-        with open(src, "rb") as f:
-            data = f.read()
-        cli.atomic_write(dst, lambda f: f.write(data))
-
-
-def check_teacher_unchanged(out, source):
-    """A resumed tacl run rebuilds its teacher from --init: refuse an init that changed since
-    (e.g. --init RUN whose newest checkpoint is now another one)."""
-    try:
-        recorded = cli.read_json(os.path.join(out, "config.json")).get("init") or {}
-    except (OSError, UsageError):  # no (readable) config.json: nothing recorded to compare with
-        return
-    if recorded.get("sha256") != (_sha256(source) if os.path.isfile(source) else None):
-        raise UsageError(f"--init now gives {source}, not the {recorded.get('source')} this run's TaCL teacher "
-                         f"was built from; resume with that one or pass --force")
+    def to(self, device):
+        return MaskedBatch(*(None if t is None else t.to(device, non_blocking=True) for t in self))
 
 
 def masked_batch(ids, tok, args, generator):
-    """Dynamic masking of one micro-batch -> (inputs, labels, tp_labels, tc anchor positions or None).
+    """Dynamic masking of one micro-batch (B, T) -> MaskedBatch.
 
     labels: the MLM targets (masked tokens; -100 elsewhere). tp_labels: with --predict_all (the
     MLM+TP ablation) the targets of the extra token-prediction loss, every other non-special
-    token; else None. For retromae the last item is the decoder's batch (DecoderInputs).
+    token. retromae: whole-word masking and the decoder's batch.
     """
     if args.objective == "retromae":
         inputs, labels, visible, dec_labels = retromae_batch(ids, tok, args.mlm_probability, args.decoder_mlm_probability,
                                                              generator, args.decoder_pool)
-        return inputs, labels, None, DecoderInputs(ids.long(), visible, dec_labels)
+        return MaskedBatch(inputs, labels, decoder=DecoderInputs(ids.long(), visible, dec_labels))
     inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
     masked = labels != -100
     tp_labels = None
@@ -727,22 +480,23 @@ def masked_batch(ids, tok, args, generator):
         special = torch.isin(ids, torch.tensor(tok.special_ids))
         tp_labels = torch.where(special | masked, -100, ids)
     anchors = {"all": None, "masked": masked, "unmasked": ~masked}[args.tc_positions]
-    return inputs, labels, tp_labels, anchors
+    return MaskedBatch(inputs, labels, tp_labels, anchors, unmasked=ids if args.objective == "tacl" else None)
 
 
-def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None, ids=None, teacher=None):
+def compute_loss(model, batch, args, generator, teacher=None):
     """loss = MLM + lambda * TC (the paper's Eq. 5) -> (loss, mlm, tc, tp) for logging.
-    tacl: MLM + lambda * TaCL, logged as tc; `teacher` reads the unmasked `ids`.
+    tacl: MLM + lambda * TaCL, logged as tc; `teacher` reads the unmasked ids.
 
     With tp_labels (--predict_all), the MLM+TP ablation adds a token-prediction loss, the mean
     over the other non-special tokens, to MLM's mean over the chosen ones: loss = MLM + TP (+ lambda TC).
-    retromae: (L_enc + L_dec, L_enc, L_dec, 0), `anchors` being its DecoderInputs.
+    retromae: (L_enc + L_dec, L_enc, L_dec, 0).
     """
+    labels, tp_labels = batch.labels, batch.tp_labels
     if args.objective == "retromae":
-        loss, enc, dec = retromae_loss(model, inputs, labels, anchors, args.decoder_weight)
+        loss, enc, dec = retromae_loss(model, batch.inputs, labels, batch.decoder, args.decoder_weight)
         return loss, enc, dec, torch.zeros_like(loss)
     targets = labels if tp_labels is None else torch.where(labels != -100, labels, tp_labels)
-    logits, h, e = model(inputs, labels=targets)  # logits only at rows with a target, in order
+    logits, h, e = model(batch.inputs, labels=targets)  # logits only at rows with a target, in order
     ce = F.cross_entropy(logits.float(), targets[targets != -100], reduction="none")
     masked = (labels != -100)[targets != -100]  # which of those rows are MLM's
     mlm = ce[masked].mean()
@@ -751,9 +505,9 @@ def compute_loss(model, inputs, labels, anchors, args, generator, tp_labels=None
     if args.objective == "taco":
         group = dist.group.WORLD if args.negatives_from == "global" and dist.is_initialized() else None
         tc = tc_loss(h, e, window=args.window, num_negatives=args.negatives, temperature=args.temperature,
-                     generator=generator, positions=anchors, fast=not args.plain_tc, group=group)
+                     generator=generator, positions=batch.anchors, fast=not (args.plain_tc or args.plain), group=group)
     elif args.objective == "tacl":  # anchors: the MLM-selected positions
-        tc = tacl_teacher_loss(teacher, ids, h, labels != -100, args.temperature)
+        tc = tacl_teacher_loss(teacher, batch.unmasked, h, labels != -100, args.temperature)
     return mlm + tp + args.tc_weight * tc, mlm, tc, tp
 
 
@@ -778,215 +532,94 @@ def evaluate(model, blocks, tok, args, device):
     return {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n, **{f"ctx_{k}": v for k, v in ctx.items()}}
 
 
-def train(args, cleanup):
-    """Pre-train as `args` say. cleanup: an ExitStack that releases, on any exit, what the run
-    holds (the lock on --out, the signal handlers, the process group)."""
-    rank, local_rank, world, device = setup_distributed(args.device)
-    threads, why = cli.set_threads(args.threads)
-    if world > 1:
-        cleanup.callback(dist.destroy_process_group)
-    master = rank == 0
-    asked = args.device_batch_size
-    accum = check_args(args, world)
-    if master and args.device_batch_size < min(asked, args.batch_size // world):
-        print(f"warning: micro-batches of {args.device_batch_size} sequences, the largest divisor of the per-process "
-              f"batch {args.batch_size // world} up to --device_batch_size {asked}"
-              + ("; TACO's negatives come from them" if args.objective == "taco" else ""), file=sys.stderr)
-    if master:  # one run per --out, taken before anything in it is read or written
-        cleanup.enter_context(cli.RunLock(args.out))
-    # torchrun --max_restarts relaunches crashed workers: they resume by themselves
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
-    resume_from = latest_checkpoint(args.out) if args.resume or restarted else None
-    if args.resume and resume_from is None and not restarted:
-        raise UsageError(f"--resume: no valid checkpoint in {args.out}")
-    resuming = resume_from is not None
-    if master and "toy" in args.data.split(",") and args.size not in TOY_SIZES:
-        print(f"warning: --size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's "
-              f"run: that is the default --data {PAPER_DATA}", file=sys.stderr)
-    if args.init:  # the init's architecture; its weights are loaded below unless resuming
-        cfg, init_state, init_source = load_init(args.init)
-    ckpt = load_checkpoint(resume_from) if resuming else None
-    tok = load_tokenizer(args.vocab, args.cache_dir)
-    if args.init:
-        if cfg.vocab_size != tok.vocab_size:
-            raise UsageError(f"--init {args.init} has a vocabulary of {cfg.vocab_size} but --vocab {args.vocab} "
-                             f"has {tok.vocab_size}: pass the init's vocab.txt (the default)")
-        cfg.tie_word_embeddings = not args.untie_embeddings
-    else:
-        cfg = BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
-                                   tie_word_embeddings=not args.untie_embeddings)
-    if not master:  # rank 0 tokenises and caches (hours for the paper's corpora); the others wait
-        cache = token_cache_path(args.data, tok, args.cache_dir)  # for its file, not in a collective
-        while not cache.exists():  # that would time out (NCCL: 10 min); torchrun ends them if rank 0 fails
-            time.sleep(2)
-    tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-    blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
-    n_eval = min(args.eval_blocks, len(blocks) // 10)
-    train_blocks, eval_blocks = blocks.split(len(blocks) - n_eval)  # the tail is held out
-    steps_per_epoch = len(train_blocks) // args.batch_size
-    if steps_per_epoch == 0:
-        raise UsageError(f"the corpus gives {len(train_blocks)} training blocks of {args.max_len} tokens, "
-                         f"fewer than one batch of {args.batch_size}; lower --batch_size or add data")
-    if master:
-        prepare_out(args, ckpt, overwrite=args.force or restarted)
-        if resuming and args.objective == "tacl" and not args.force:
-            check_teacher_unchanged(args.out, init_source)
-    if world > 1:
-        dist.barrier()
+# ----------------------------------------------------------------------------- the model
 
-    dtype = args.dtype or ("bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32")
-    autocast = (contextlib.nullcontext() if dtype == "fp32" else
-                torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16))
-    torch.manual_seed(args.seed)  # the same init on every rank
-    raw = (RetroMAEForPreTraining if args.objective == "retromae" else BertForPreTraining)(cfg).to(device)
-    if args.init and not resuming:
+def model_config(args, tok, init=None):
+    """The architecture: --size's, or the --init model's (whose vocabulary --vocab must match)."""
+    if init is None:
+        return BertConfig.from_size(args.size, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
+                                    tie_word_embeddings=not args.untie_embeddings)
+    cfg = init.config
+    if cfg.vocab_size != tok.vocab_size:
+        raise UsageError(f"--init {args.init} has a vocabulary of {cfg.vocab_size} but --vocab {args.vocab} "
+                         f"has {tok.vocab_size}: pass the init's vocab.txt (the default)")
+    cfg.tie_word_embeddings = not args.untie_embeddings
+    return cfg
+
+
+def make_model(args, cfg, init_state=None):
+    """BertForPreTraining (RetroMAE's adds the decoder), fresh or with --init's weights."""
+    model = (RetroMAEForPreTraining if args.objective == "retromae" else BertForPreTraining)(cfg)
+    if init_state is not None:
         if cfg.tie_word_embeddings:  # one shared matrix: the input embeddings (an untied init's decoder is dropped)
             init_state = {**init_state, "mlm.decoder.weight": init_state["bert.embeddings.word.weight"]}
         # RetroMAE's decoder continues if the init has one and is fresh (seeded) if not; dropped for other objectives
-        missing, unexpected = raw.load_state_dict(init_state, strict=False)
+        missing, unexpected = model.load_state_dict(init_state, strict=False)
         stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
         if stray:
             raise UsageError(f"--init {args.init} does not fit the model: {', '.join(stray[:4])}")
     if args.freeze_embeddings:
         # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
         # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
-        raw.bert.embeddings.requires_grad_(False)
-    teacher = (make_teacher(cfg, init_state, args.teacher_dropout == "on", device)
-               if args.objective == "tacl" else None)
-    optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == "fp16")
-    start, skipped = 0, 0
-    if resuming:
-        try:
-            raw.load_state_dict(ckpt["model"])
-        except RuntimeError as err:
-            raise UsageError(f"{resume_from} holds another model ({ckpt['model_config']['hidden_size']} hidden, "
-                             f"{ckpt['model_config']['num_hidden_layers']} layers) than --size {args.size}; "
-                             f"resume with its settings or start a new --out") from err
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
-        start, skipped = ckpt["step"], ckpt.get("skipped", 0)
-    model = torch.compile(raw) if args.compile else raw
-    if world > 1:
-        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        model.bert.embeddings.requires_grad_(False)
+    return model
 
-    if start >= args.steps:
-        if master:
-            print(f"{args.out} is already at step {start} (--steps {args.steps}): nothing to do")
+
+# ----------------------------------------------------------------------------- training
+
+def train(args, cleanup):
+    """Pre-train as `args` say. The loop is the method: data -> mask -> forward -> loss ->
+    backward -> step. `run` (runs.Run) is the run's engineering, one call per moment: processes,
+    the output folder, resume, checkpoints, logs, signals. `cleanup` (an ExitStack) releases on
+    any exit what the run holds."""
+    run = runs.Run(args, cleanup)  # torchrun's ranks (or one process), CPU threads
+    accum = check_args(args, run.world, run.warn)  # mistakes across flags, before anything is written
+    run.open()  # --out and its lock; the checkpoint to resume from
+    init = runs.load_init(args.init) if args.init else None  # the weights to continue from
+    tok = load_tokenizer(args.vocab, args.cache_dir)
+    cfg = model_config(args, tok, init)
+    train_blocks, eval_blocks = run.data(tok)  # tokenised once and cached; the corpus's tail held out
+    batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)
+    run.prepare(RESUMABLE, init)  # never clobber a run; resume only the same one
+
+    torch.manual_seed(args.seed)  # the same init on every rank
+    raw = make_model(args, cfg, init.state if init and not run.resuming else None).to(run.device)
+    if not args.plain:
+        fast.install(raw)  # faster CPU dropout and attention: the same computation (fast.py)
+    teacher = make_teacher(cfg, init.state, args.teacher_dropout == "on", run.device) if args.objective == "tacl" else None
+    optimizer = runs.configure_optimizer(raw, args.lr, args.weight_decay)
+    autocast, scaler = run.precision()
+    start = run.restore(raw, optimizer, scaler)  # when resuming: the checkpoint's weights, optimizer, step
+    model = run.wrap(raw)  # torch.compile, DDP
+    if run.finished(start):  # resumed at --steps or later
         return
-    metrics_path = os.path.join(args.out, "metrics.jsonl")
-    if master:  # every file written whole (temp + rename): a kill at any moment leaves a resumable run
-        logged = cli.read_jsonl(metrics_path) if resuming and os.path.exists(metrics_path) else []
-        cli.write_json(os.path.join(args.out, "config.json"), {
-            "args": vars(args), "model_config": asdict(cfg), "world_size": world, "accumulation": accum,
-            "dtype": dtype, "train_blocks": len(train_blocks), "eval_blocks": n_eval,
-            "parameters": sum(p.numel() for p in raw.parameters()),
-            "init": {"source": init_source, "sha256": _sha256(init_source) if os.path.isfile(init_source) else None}
-            if args.init else None})
-        copy_vocab(tok.vocab_file, args.out)
-        if resuming:  # drop lines logged after the checkpoint (and a line torn by a kill)
-            cli.write_jsonl(metrics_path, [r for r in logged if r.get("step", 0) <= start])
-        print(f"{args.objective} | {args.size} ({sum(p.numel() for p in raw.parameters()) / 1e6:.1f}M params) | "
-              f"{len(train_blocks)} blocks x {args.max_len} | batch {args.batch_size} = {world} x "
-              f"{accum} x {args.device_batch_size} | {dtype} on {device.type}"
-              + (f" ({threads} thread{'s' * (threads > 1)}: {why})" if device.type == "cpu" else "")
-              + (f" | init {init_source}" if args.init else "")
-              + (f" | resumed at step {start}" if resuming else ""))
+    run.begin(raw, cfg, tok, train_blocks, eval_blocks, accum, init)  # config.json, vocab.txt, the start line
 
-    per_rank = args.batch_size // world
-    stop = cleanup.enter_context(cli.StopSignals())  # SIGINT / SIGTERM: save and stop at a step boundary
-    bar = tqdm(range(start, args.steps), initial=start, total=args.steps, disable=not master,
-               dynamic_ncols=True, desc="train")
-    perm_epoch, perm, tokens_seen, t0 = -1, None, 0, time.time()
-    last_ckpt, last_eval = resume_from, None
-    for step in bar:
-        epoch, i = divmod(step, steps_per_epoch)
-        if epoch != perm_epoch:  # a fresh shuffle each epoch, the same on every rank
-            # int32 (the same order as int64): 4 bytes a block, the one buffer that grows with the corpus
-            perm = torch.randperm(len(train_blocks), generator=torch.Generator().manual_seed(args.seed + epoch),
-                                  dtype=torch.int32)
-            perm_epoch = epoch
-        mine = perm[i * args.batch_size:(i + 1) * args.batch_size][rank * per_rank:(rank + 1) * per_rank]
-        lr = get_lr(step, args.lr, args.warmup, args.steps)
+    for step in run.steps(start):  # a progress bar; SIGINT / SIGTERM stop at a step boundary
+        lr = runs.get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay
         for group in optimizer.param_groups:
             group["lr"] = lr
-        torch.manual_seed(step_seed(args.seed, step, rank))  # dropout
-        gen = torch.Generator().manual_seed(step_seed(args.seed + 1, step, rank))  # masking
-        dev_gen = gen if device.type == "cpu" else torch.Generator(device).manual_seed(step_seed(args.seed + 2, step, rank))
-        if args.negatives_from == "global":  # every rank draws the global micro-batch's sample, keeps its rows
-            dev_gen = torch.Generator(device).manual_seed(step_seed(args.seed + 2, step, 0))
-        sums = torch.zeros(4, device=device)  # loss, mlm, tc, tp
-        for micro in range(accum):
-            idx = np.sort(mine[micro * args.device_batch_size:(micro + 1) * args.device_batch_size].numpy())
-            ids = torch.from_numpy(train_blocks[idx].astype(np.int64))
-            inputs, labels, tp_labels, anchors = masked_batch(ids, tok, args, gen)
-            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-            tp_labels = None if tp_labels is None else tp_labels.to(device, non_blocking=True)
-            anchors = None if anchors is None else anchors.to(device, non_blocking=True)
-            if world > 1:  # all-reduce the gradients only on the last micro-step
-                model.require_backward_grad_sync = micro == accum - 1
+        masking, sampling = run.reseed(step)  # the step's random numbers, from (seed, step, rank)
+        losses = torch.zeros(4, device=run.device)  # loss, mlm, tc, tp: means over the micro-batches
+        for micro, ids in enumerate(batches.micro_batches(step)):
+            batch = masked_batch(ids, tok, args, masking).to(run.device)
+            run.sync_gradients(model, now=micro == accum - 1)
             with autocast:
-                unmasked = ids.to(device, non_blocking=True) if teacher is not None else None  # TaCL's teacher reads it
-                loss, mlm, tc, tp = compute_loss(model, inputs, labels, anchors, args, dev_gen, tp_labels,
-                                                 unmasked, teacher)
+                loss, mlm, tc, tp = compute_loss(model, batch, args, sampling, teacher)
             scaler.scale(loss / accum).backward()
-            sums += torch.stack([loss, mlm, tc, tp]).detach().float() / accum
+            losses += torch.stack([loss, mlm, tc, tp]).detach().float() / accum
         scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
-        # fp16's scaler handles overflowing gradients itself; any other non-finite value is a fault.
-        # One host sync per step for both checks and for a stop signal, agreed by all ranks.
-        ok = torch.isfinite(sums).all() & (torch.isfinite(grad_norm) | (dtype == "fp16"))
-        flags = torch.stack([(~ok).float(), torch.full((), float(stop.signum), device=device)])
-        bad, signum = all_ranks_max(flags)
-        stopping = signum and step + 1 < args.steps
-        if bad:
-            optimizer.zero_grad(set_to_none=True)
-            if not args.skip_nonfinite:
-                raise FloatingPointError(f"non-finite loss or gradient at step {step}; last good checkpoint: "
-                                         f"{last_ckpt or 'none'} (resume with --resume, maybe a lower --lr, "
-                                         f"or pass --skip_nonfinite)")
-            skipped += 1
-        else:
+        if run.finite(step, losses, grad_norm):  # on every rank (one host sync, which also agrees on signals)
             scaler.step(optimizer)
             scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-        tokens_seen += args.batch_size * args.max_len
-        done = step + 1
-        if master:
-            loss_v, mlm_v, tc_v, tp_v = sums.tolist()
-            tok_s = tokens_seen / (time.time() - t0)
-            bar.set_postfix(loss=f"{loss_v:.3f}", mlm=f"{mlm_v:.3f}", tc=f"{tc_v:.3f}", lr=f"{lr:.1e}",
-                            tok_s=f"{tok_s:,.0f}")
-            record = {}
-            if done % args.log_every == 0 or done == args.steps:
-                record = {"step": done, "loss": loss_v, "mlm": mlm_v, "tc": tc_v, "lr": lr,
-                          "tokens_per_s": tok_s, "grad_norm": grad_norm.item(), "skipped": skipped}
-                if args.predict_all:
-                    record["tp"] = tp_v
-            if n_eval and (done % args.eval_every == 0 or done == args.steps):
-                last_eval = evaluate(raw, eval_blocks, tok, args, device)
-                record = {"step": done, **record, **last_eval}
-            if record:
-                cli.append_jsonl(metrics_path, record)
-            if done % args.save_every == 0 or done == args.steps or stopping:
-                last_ckpt = save_checkpoint(args.out, {
-                    "model": raw.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scaler": scaler.state_dict(), "step": done, "skipped": skipped,
-                    "model_config": asdict(cfg), "args": vars(args),
-                    "data_position": {"epoch": done // steps_per_epoch, "batch": done % steps_per_epoch}},
-                    args.keep_last)
-        if stopping:  # every rank stops after the same step, once rank 0 has saved it
-            if world > 1:
-                dist.barrier()
-            name = signal.Signals(int(signum)).name
-            raise cli.Interrupted(int(signum), f"stopped by {name} after step {done}: saved {last_ckpt}; "
-                                  f"to continue, run the same command with --resume" if master else "")
-    if master and last_eval:
-        print(f"done: eval MLM loss {last_eval['eval_mlm_loss']:.3f}, acc {last_eval['eval_mlm_acc']:.3f}, "
-              f"contextual score {last_eval['ctx_score']:.3f} (intra {last_eval['ctx_intra']:.3f}, "
-              f"inter {last_eval['ctx_inter']:.3f}); run in {args.out}")
-    if world > 1:
-        dist.barrier()
+        optimizer.zero_grad(set_to_none=True)
+        evals = evaluate(raw, eval_blocks, tok, args, run.device) if run.eval_due(step + 1) else {}
+        run.log(step + 1, losses, lr, grad_norm, evals)  # the bar; metrics.jsonl
+        if run.save_due(step + 1):
+            run.save(step + 1, raw, optimizer, scaler)
+        run.stop_if_signalled(step + 1)
+    run.end()
 
 
 def main(argv=None):

@@ -20,18 +20,6 @@ from model import BertConfig, BertForPreTraining
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def taco_cache(tmp_path_factory):
-    """Toy corpus and token cache in a temp dir, for this process and its subprocesses."""
-    old = os.environ.get("TACO_CACHE")
-    os.environ["TACO_CACHE"] = str(tmp_path_factory.mktemp("taco_cache"))
-    yield os.environ["TACO_CACHE"]
-    if old is None:
-        del os.environ["TACO_CACHE"]
-    else:
-        os.environ["TACO_CACHE"] = old
-
-
 class FixedStates(nn.Module):
     """An 'encoder' with given last-layer states: a batch's ids[:, 0] are rows of `states`."""
 

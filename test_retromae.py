@@ -20,11 +20,9 @@ from taco import DecoderInputs, retromae_loss
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    """The toy vocabulary (551 tokens); runs in this module share one toy corpus and token cache."""
-    path = str(tmp_path_factory.mktemp("taco_cache"))
-    os.environ["TACO_CACHE"] = path
-    return data.load_tokenizer("toy", path)
+def tok(cache_dir):
+    """The toy vocabulary (551 tokens) of the session's toy corpus."""
+    return data.load_tokenizer("toy", cache_dir)
 
 
 def plain_ids(tok, B, T, gen):

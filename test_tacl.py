@@ -16,7 +16,6 @@ import taco
 from data import load_tokenizer
 from model import Bert, BertConfig, BertForPreTraining
 from taco import tacl_loss
-from test_taco import FAST, cache_dir, run_taco  # noqa: F401 (cache_dir: the session's toy corpus, autouse)
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -123,10 +122,10 @@ def test_hidden_states_are_every_layer():
 # ----------------------------------------------------------------------------- training with a teacher
 
 @pytest.fixture(scope="module")
-def init_run(tmp_path_factory):
+def init_run(tmp_path_factory, quick, run_taco):
     """A short MLM run to continue from."""
     out = str(tmp_path_factory.mktemp("init") / "mlm")
-    assert run_taco(FAST + ["--objective", "mlm", "--steps", "4", "--out", out]) == 0
+    assert run_taco(quick + ["--objective", "mlm", "--steps", "4", "--out", out]) == 0
     return out
 
 
@@ -140,16 +139,16 @@ def ckpt(out, step):
     (["--objective", "tacl", "--init", "INIT", "--predict_all"], "--predict_all does not apply"),
     (["--objective", "mlm", "--teacher_dropout", "off"], "--teacher_dropout applies only"),
 ])
-def test_usage_mistakes_are_one_line_and_exit_2(tmp_path, capsys, init_run, extra, message):
+def test_usage_mistakes_are_one_line_and_exit_2(tmp_path, capsys, init_run, extra, message, quick, run_taco):
     out = tmp_path / "run"
     extra = [init_run if a == "INIT" else a for a in extra]
-    assert run_taco(FAST + ["--out", str(out)] + extra) == 2
+    assert run_taco(quick + ["--out", str(out)] + extra) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("error: ")
     assert not out.exists()
 
 
-def test_teacher_reads_unmasked_ids_never_changes_and_is_never_saved(tmp_path, monkeypatch, init_run):
+def test_teacher_reads_unmasked_ids_never_changes_and_is_never_saved(tmp_path, monkeypatch, init_run, quick, run_taco):
     calls = []  # (is the teacher, training mode, grad enabled, input ids) of every encoder call
     forward = Bert.forward
 
@@ -160,7 +159,7 @@ def test_teacher_reads_unmasked_ids_never_changes_and_is_never_saved(tmp_path, m
 
     monkeypatch.setattr(Bert, "forward", spy)
     out = str(tmp_path / "tacl")
-    assert run_taco(FAST + ["--objective", "tacl", "--init", init_run, "--steps", "4", "--out", out]) == 0
+    assert run_taco(quick + ["--objective", "tacl", "--init", init_run, "--steps", "4", "--out", out]) == 0
     monkeypatch.undo()
 
     train_calls = [c for c in calls if c[0] is not None or c[2]]  # teacher calls and the student's training calls
@@ -184,34 +183,34 @@ def test_teacher_reads_unmasked_ids_never_changes_and_is_never_saved(tmp_path, m
 
     calls.clear()
     monkeypatch.setattr(Bert, "forward", spy)
-    assert run_taco(FAST + ["--objective", "tacl", "--init", init_run, "--steps", "1", "--teacher_dropout", "off",
+    assert run_taco(quick + ["--objective", "tacl", "--init", init_run, "--steps", "1", "--teacher_dropout", "off",
                             "--out", str(tmp_path / "eval_teacher")]) == 0
     assert [c[1] for c in calls if c[0] is not None] == [False]  # --teacher_dropout off: eval mode
 
 
-def test_tacl_resume_is_bit_for_bit(tmp_path, init_run, capsys):
+def test_tacl_resume_is_bit_for_bit(tmp_path, init_run, capsys, quick, run_taco):
     """The teacher is rebuilt from --init on resume; its dropout draws are reseeded per step."""
     straight, crashed, init = str(tmp_path / "straight"), str(tmp_path / "crashed"), str(tmp_path / "init")
     shutil.copytree(init_run, init)
     tacl = ["--objective", "tacl", "--init", init]
-    assert run_taco(FAST + tacl + ["--out", straight]) == 0
+    assert run_taco(quick + tacl + ["--out", straight]) == 0
     shutil.copytree(straight, crashed)  # as if the run had died right after step 8's checkpoint
     for name in os.listdir(crashed):
         if name.startswith(("ckpt_00000012", "ckpt_00000016")):
             os.remove(os.path.join(crashed, name))
-    assert run_taco(FAST + tacl + ["--out", crashed, "--resume"]) == 0
+    assert run_taco(quick + tacl + ["--out", crashed, "--resume"]) == 0
     a, b = ckpt(straight, 16)["model"], ckpt(crashed, 16)["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     losses = lambda d: [json.loads(l)["tc"] for l in open(os.path.join(d, "metrics.jsonl"))]
     assert losses(straight) == losses(crashed) and all(tc > 0 for tc in losses(straight))
 
     # the init changed since (its run went on to a newer checkpoint): refused, the run left as it was
-    assert run_taco(FAST + ["--objective", "mlm", "--steps", "5", "--out", init, "--resume", "--force"]) == 0
+    assert run_taco(quick + ["--objective", "mlm", "--steps", "5", "--out", init, "--resume", "--force"]) == 0
     config = open(os.path.join(crashed, "config.json")).read()
     for name in ("ckpt_00000016.pt", "ckpt_00000016.json"):
         os.remove(os.path.join(crashed, name))
     capsys.readouterr()
-    assert run_taco(FAST + tacl + ["--out", crashed, "--resume"]) == 2
+    assert run_taco(quick + tacl + ["--out", crashed, "--resume"]) == 2
     err = capsys.readouterr().err
     assert "ckpt_00000005.pt, not the" in err and "ckpt_00000004.pt this run's TaCL teacher" in err
     assert open(os.path.join(crashed, "config.json")).read() == config

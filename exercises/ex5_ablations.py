@@ -78,6 +78,7 @@ def run(settings, out, seed, steps, ft_pairs, predictions):
 
 def main(argv=None):
     import cli
+    import runs
     from exercises.miniature import choose, driver_args
     p = driver_args("Exercise 5: TACO's W, K, tau and lambda, measured against your predictions.")
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, from: " + ", ".join(SETTINGS))
@@ -86,7 +87,7 @@ def main(argv=None):
         names = choose(args.settings, SETTINGS, "setting")
         results = run(names, args.out, args.seed, args.steps, args.ft_pairs, PREDICTIONS)
     if args.json:
-        cli.write_json(args.json, results)
+        runs.write_json(args.json, results)
     return results
 
 

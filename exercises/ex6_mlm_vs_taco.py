@@ -38,7 +38,7 @@ def curve(run_dir, key):
 
 def main(argv=None, functions=None):
     import cli
-    import taco
+    import runs
     from exercises.miniature import driver_args, finetune_score, pretrain, wordsim
     p = driver_args("Exercise 6: the MLM vs TACO miniature.")
     p.add_argument("--pictures", default="runs/ex6", help="folder for curves.png and cosine.png")
@@ -72,14 +72,14 @@ def main(argv=None, functions=None):
         print("(write first_step_reaching and speedup to see the speed-ups)")
     try:
         import pictures
-        runs = [r["run"] for r in results.values()]
+        run_dirs = [r["run"] for r in results.values()]
         os.makedirs(args.pictures, exist_ok=True)
-        pictures.curves(runs, os.path.join(args.pictures, "curves.png"))
-        pictures.cosine(runs, os.path.join(args.pictures, "cosine.png"))
-    except taco.UsageError as err:
+        pictures.curves(run_dirs, os.path.join(args.pictures, "curves.png"))
+        pictures.cosine(run_dirs, os.path.join(args.pictures, "cosine.png"))
+    except cli.UsageError as err:
         print(f"note: no pictures ({err})")
     if args.json:
-        cli.write_json(args.json, results)
+        runs.write_json(args.json, results)
     return results
 
 

@@ -23,6 +23,7 @@ if ROOT not in sys.path:  # run as `python exercises/ex5_ablations.py`: the repo
 
 import torch  # noqa: E402
 
+import cli  # noqa: E402
 import finetune  # noqa: E402
 import taco  # noqa: E402
 from data import load_tokenizer  # noqa: E402
@@ -47,7 +48,7 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True):
     out = os.path.join(root, run_name(flags, seed) + (f"-steps{steps}" if steps else ""))
     argv = [f"--{k}={v}" for k, v in settings.items()] + list(flags) + ["--out", out, "--force"]
     args = taco.get_args(argv)
-    taco.check_args(taco.get_args(argv), 1)  # a user mistake (taco.UsageError) surfaces before the quiet part
+    taco.check_args(taco.get_args(argv), 1)  # a user mistake (cli.UsageError) surfaces before the quiet part
     done = os.path.join(out, "miniature.json")
     with contextlib.suppress(OSError, ValueError, KeyError):
         with open(done) as f:
@@ -132,5 +133,5 @@ def choose(spec, choices, what):
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [s for s in names if s not in choices]
     if unknown or not names:
-        raise taco.UsageError(f"unknown {what} {', '.join(unknown) or repr(spec)}; choose from {', '.join(choices)}")
+        raise cli.UsageError(f"unknown {what} {', '.join(unknown) or repr(spec)}; choose from {', '.join(choices)}")
     return names

@@ -20,7 +20,8 @@ import torch.nn.functional as F  # noqa: E402
 from data import DataError, load_tokenizer, make_blocks, tokenize_corpus  # noqa: E402
 from model import BertConfig, BertForPreTraining  # noqa: E402
 from pictures import topic_words  # noqa: E402
-from taco import UsageError, sample_negatives, sample_positives, tc_loss  # noqa: E402
+from cli import UsageError  # noqa: E402
+from taco import sample_negatives, sample_positives, tc_loss  # noqa: E402
 
 
 def vec(x, n=4):

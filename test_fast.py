@@ -1,11 +1,14 @@
-"""Fast paths equal their plain versions; bench.py runs. python -m pytest -q test_speed.py"""
+"""Tests for fast.py: each speed equivalent equals the plain form it replaces."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-import bench
-from model import BertConfig, BertForPreTraining, dropout
-from taco import SampledCosines, configure_optimizer, similarity_route, tc_loss
+import fast
+from fast import SampledCosines, dropout, similarity_route
+from model import BertConfig, BertForPreTraining
+from taco import tc_loss
+
 
 
 def states(B, T, H, seed=0):
@@ -13,11 +16,11 @@ def states(B, T, H, seed=0):
     return torch.randn(B, T, H, requires_grad=True), torch.randn(B, T, H, requires_grad=True)
 
 
-def loss_and_grads(fast, h, e, mask, positions, window, K, tau, seed, dtype=None):
+def loss_and_grads(fast_path, h, e, mask, positions, window, K, tau, seed, dtype=None):
     h.grad = e.grad = None
     with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
         loss = tc_loss(h, e, attention_mask=mask, window=window, num_negatives=K, temperature=tau,
-                       generator=torch.Generator().manual_seed(seed), positions=positions, fast=fast)
+                       generator=torch.Generator().manual_seed(seed), positions=positions, fast=fast_path)
     loss.backward()  # outside autocast, as in taco.train
     return loss.detach(), h.grad.clone(), e.grad.clone()
 
@@ -107,46 +110,12 @@ def test_dropout_is_berts_dropout(p):
     assert torch.equal(dropout(x, 1e-9, True), x)  # below the grid: F.dropout, which keeps all here
 
 
-def test_fused_adamw_equals_plain_adamw():
-    """configure_optimizer's fused AdamW (one kernel for all tensors, also on CPU) takes the
-    steps of the textbook for-loop AdamW, weight-decay groups included."""
-    torch.manual_seed(0)
-    cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    models = [BertForPreTraining(cfg) for _ in range(2)]
-    models[1].load_state_dict(models[0].state_dict())
-    start = models[0].bert.embeddings.word.weight.detach().clone()
-    fused = configure_optimizer(models[0], lr=1e-2, weight_decay=0.1)
-    assert fused.defaults["fused"]
-    groups = [{"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0}]
-    plain = torch.optim.AdamW(groups, lr=1e-2, eps=1e-8, foreach=False, fused=False)
-    ids = torch.randint(5, 97, (4, 16))
-    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
-    for _ in range(3):
-        for model, opt in zip(models, (fused, plain)):
-            logits = model(ids, labels=labels)[0]
-            F.cross_entropy(logits, labels[labels != -100]).backward()
-            opt.step()
-            opt.zero_grad()
-    assert fused.defaults["eps"] == 1e-8  # the official scripts' (Hugging Face's default)
-    H = cfg.hidden_size
-    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
-        if name.endswith("attn.qkv.bias"):
-            # The key bias adds one constant to a whole row of attention scores, which softmax
-            # ignores: its true gradient is 0, so AdamW (eps 1e-8) turns float rounding into
-            # steps there, different in each optimizer. Compared: the query and value biases.
-            a, b = torch.cat([a[:H], a[2 * H:]]), torch.cat([b[:H], b[2 * H:]])
-        # Update order differs by float rounding, amplified where |grad| ~ eps: 1e-3 of a step.
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    assert (models[0].bert.embeddings.word.weight - start).abs().max() > 1e-3  # the steps moved it
-
-
 @pytest.mark.parametrize("padding", [False, True])
 def test_cpu_attention_path_equals_sdpa(padding, monkeypatch):
     """The written-out attention used for CPU training gives SDPA's values and gradients."""
     cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=1e-12)
     torch.manual_seed(0)
-    model = BertForPreTraining(cfg)  # a dropout that keeps everything: train and eval agree
+    model = fast.install(BertForPreTraining(cfg))  # a dropout that keeps everything: train and eval agree
     ids = torch.randint(5, 97, (3, 20))
     mask = torch.ones(3, 20, dtype=torch.long)
     if padding:
@@ -170,27 +139,19 @@ def test_cpu_attention_path_equals_sdpa(padding, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_bench_prints_table_and_machine_readable_lines(capsys):
-    pytest.importorskip("transformers")
-    bench.main(["--size", "tiny", "--batch_size", "2", "--max_len", "16", "--steps", "1", "--warmup", "0",
-                "--threads", "1", "--device", "cpu"])
-    out = capsys.readouterr().out.strip().splitlines()
-    rows = [line for line in out if line.startswith("| ") and "---" not in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["variant"] + bench.VARIANTS
-    assert all(float(r.split("|")[5].replace(",", "")) > 0 for r in rows[1:])  # peak MB measured
-    # 2 x 16 tokens, K = 50, H = 128: the product route; forward 32 x 32 x 128 + backward 32 x 51 x 128
-    flops = next(l for l in out if l.startswith("TC similarities per step"))
-    assert f"taco {2 * (32 * 32 + 32 * 51) * 128 / 1e9:.3g} GFLOP by the product route" in flops
-    name, value = out[-2].split(": ")
-    assert name == "speedup_vs_hf" and float(value) > 0
-    name, value = out[-1].split(": ")
-    assert name == "tc_overhead" and float(value) > 0
-
-
-def test_bench_profile_keeps_the_machine_readable_lines_last(capsys):
-    bench.main(["--size", "tiny", "--batch_size", "2", "--max_len", "16", "--steps", "1", "--warmup", "0",
-                "--threads", "1", "--device", "cpu", "--variants", "taco-mlm,taco-tc", "--no-memory", "--profile"])
-    out = capsys.readouterr().out
-    assert "where the time of one taco-tc step goes" in out and "aten::mm" in out and "Self CPU" in out
-    assert out.strip().splitlines()[-2].startswith("speedup_vs_hf: nan")  # no hf variant asked for
-    assert float(out.strip().splitlines()[-1].split(": ")[1]) > 0
+def test_install_swaps_in_the_equivalents_and_keeps_the_weights():
+    """fast.install: every nn.Dropout becomes fast.Dropout, every SelfAttention attends by
+    fast.attention; the state dict and the eval-mode outputs are those of the plain model."""
+    cfg = BertConfig.from_size("tiny", vocab_size=97)
+    torch.manual_seed(0)
+    plain = BertForPreTraining(cfg).eval()
+    torch.manual_seed(0)
+    model = fast.install(BertForPreTraining(cfg)).eval()
+    assert plain.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), model.state_dict().values()))
+    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert dropouts and all(type(m) is fast.Dropout for m in dropouts)
+    assert all(m.attend is fast.attention for m in model.modules() if hasattr(m, "attend"))
+    assert not any(type(m) is fast.Dropout for m in plain.modules())  # the plain model is untouched
+    ids = torch.randint(5, 97, (2, 12))
+    torch.testing.assert_close(model(ids)[0], plain(ids)[0])

@@ -1,0 +1,622 @@
+"""A run's engineering, shared by every script: everything about a run that is not the method.
+
+    files         written whole (temp file + rename); tolerant readers of the project's own files
+    the folder    one run per --out (RunLock); signals that stop a run at a step boundary
+    checkpoints   ckpt_<step>.pt + its manifest (bytes, sha256), verified before use, rotated
+    weights       --init / --model: a run folder, a checkpoint file or a Hugging Face folder
+    processes     torchrun's ranks: set-up, teardown, agreement across ranks
+    optimizer     AdamW as the recipes use it, the learning-rate schedule, per-step seeds
+    Run           the moments of taco.py's train(), one call each
+
+User mistakes are cli.UsageError: one `error:` line, exit 2 (docs/robustness.md).
+"""
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import asdict
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+import cli
+from cli import UsageError
+from data import make_blocks, token_cache_path, tokenize_corpus
+from model import BertConfig, BertForPreTraining
+
+
+# ----------------------------------------------------------------------------- files we write ourselves
+
+def atomic_write(path, write):
+    """write(f) into a temp file in the same folder, fsync, rename: readers and a kill at
+    any moment see the old file or the new one, never a mix."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
+
+
+def write_json(path, obj):
+    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
+
+
+def write_jsonl(path, records):
+    atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in records).encode()))
+
+
+def append_jsonl(path, record):
+    """Append one record as a line; a torn last line (a kill during an earlier append) is
+    dropped first, so that it cannot glue itself to the new line."""
+    if os.path.exists(path) and os.path.getsize(path):
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        if torn:
+            write_jsonl(path, read_jsonl(path))
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def read_json(path):
+    """A JSON object written by this project; anything else is one clear line."""
+    cli.regular_file(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path} is not valid JSON ({err}); truncated or edited?") from None
+    if not isinstance(obj, dict):
+        raise UsageError(f"{path} holds a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def read_jsonl(path):
+    """The records (objects) of a JSON-lines file this project appends to. A last line cut
+    short (no newline: a kill during an append) is dropped with a warning; any other bad
+    line is an error."""
+    cli.regular_file(path)
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    records = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as err:
+            if no == len(lines):  # no newline after it: torn
+                print(f"warning: {path}: dropped its last line, cut short ({len(line)} bytes)", file=sys.stderr)
+                break
+            raise UsageError(f"{path} line {no} is not valid JSON ({err})") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{path} line {no} holds a JSON {type(record).__name__}, not an object")
+        records.append(record)
+    return records
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- one run per folder, signals
+
+class RunLock:
+    """Exclusive use of a run folder: flock on FOLDER/.lock, which the kernel drops when its
+    owner dies (even by kill -9), so a lock is never stuck: a dead owner's is taken over with
+    a note. Under torchrun only rank 0 takes it. Creates the folder if needed; if the run
+    ends having written nothing else, it removes the folder again."""
+
+    def __init__(self, folder, flag="--out"):
+        cli.output_path(folder, flag, folder=True)
+        self.folder, self.created = folder, not os.path.exists(folder)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            self.fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise UsageError(f"cannot write to {flag} {folder}: {err.strerror}") from None
+        owner = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise UsageError(f"{flag} {folder} is in use by another run (process {owner or '?'}); "
+                             f"wait for it to end, or pick another {flag}") from None
+        if owner:
+            print(f"note: {folder}: taking over the lock of process {owner}, which ended without "
+                  f"releasing it (killed?)", file=sys.stderr)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+    def release(self):
+        os.ftruncate(self.fd, 0)  # empty: released cleanly
+        os.close(self.fd)
+        if self.created and os.listdir(self.folder) == [".lock"]:
+            os.remove(os.path.join(self.folder, ".lock"))
+            os.rmdir(self.folder)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class StopSignals:
+    """While active, SIGINT / SIGTERM only set `signum`: the loop saves and stops at the next
+    step boundary. A second SIGINT acts at once (KeyboardInterrupt)."""
+
+    def __enter__(self):
+        self.signum = 0
+        self.old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _handle(self, signum, frame):
+        self.signum = self.signum or signum
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __exit__(self, *exc):
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def save_checkpoint(out, state, keep_last):
+    """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256).
+
+    A checkpoint counts only once its manifest exists, so a kill at any moment leaves either
+    the previous set of valid checkpoints or the new one. Rotation keeps the newest keep_last.
+    """
+    path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
+    atomic_write(path, lambda f: torch.save(state, f))
+    manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": sha256(path)}
+    write_json(path[:-3] + ".json", manifest)
+    for old in list_checkpoints(out)[keep_last:]:
+        for p in (old, old[:-3] + ".json"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
+    return path
+
+
+def list_checkpoints(out):
+    """Checkpoint files that have a manifest, newest first (not yet verified)."""
+    if not os.path.isdir(out):
+        return []
+    names = sorted((n for n in os.listdir(out) if n.startswith("ckpt_") and n.endswith(".json")), reverse=True)
+    return [os.path.join(out, n[:-5] + ".pt") for n in names]
+
+
+def verify_checkpoint(path):
+    """None if `path` matches its manifest, else the reason it does not."""
+    try:
+        manifest = read_json(path[:-3] + ".json")
+        cli.regular_file(path, "checkpoint")
+        if os.path.getsize(path) != manifest.get("bytes"):
+            return f"size {os.path.getsize(path)} != {manifest.get('bytes')} (truncated?)"
+        if sha256(path) != manifest.get("sha256"):
+            return "checksum mismatch (corrupted)"
+    except (OSError, UsageError) as err:
+        return f"unreadable ({err})"
+    return None
+
+
+def latest_checkpoint(out):
+    """The newest checkpoint in `out` that passes verification, or None."""
+    for path in list_checkpoints(out):
+        reason = verify_checkpoint(path)
+        if reason is None:
+            return path
+        print(f"warning: skipping checkpoint {path}: {reason}", file=sys.stderr)
+    return None
+
+
+def load_checkpoint(path):
+    """Load a checkpoint (tensors and plain types only: weights_only=True)."""
+    if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
+        raise UsageError(f"checkpoint {path} is invalid: {reason}")
+    cli.regular_file(path, "checkpoint")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
+
+
+# ----------------------------------------------------------------------------- weights to start from
+
+def find_weights(spec):
+    """-> (file or folder to load, is_hf) for a taco run directory (its newest valid
+    checkpoint), a checkpoint file, or a Hugging Face directory (config.json + weights)."""
+    if not os.path.exists(spec):
+        raise UsageError(f"{spec} does not exist: pass a taco run directory, a checkpoint file "
+                         f"or a Hugging Face model directory")
+    if not os.path.isdir(spec):
+        return cli.regular_file(spec, "checkpoint"), False
+    source = latest_checkpoint(spec)
+    if source is not None:
+        return source, False
+    if os.path.isfile(os.path.join(spec, "config.json")) and any(
+            os.path.isfile(os.path.join(spec, w)) for w in ("model.safetensors", "pytorch_model.bin")):
+        return spec, True
+    raise UsageError(f"{spec} holds no valid taco checkpoint (ckpt_*.pt with its manifest) and is "
+                     f"not a Hugging Face directory (config.json + model.safetensors)")
+
+
+def vocab_beside(source):
+    """The vocab.txt that goes with a checkpoint file or a model directory."""
+    return os.path.join(source if os.path.isdir(source) else os.path.dirname(source), "vocab.txt")
+
+
+class Init(NamedTuple):
+    """The weights --init continues from: the model's config, its state dict, the file or folder."""
+    config: BertConfig
+    state: dict
+    source: str
+
+
+def load_init(spec):
+    """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue
+    from -> Init. Weights only: optimizer, schedule and step start anew. A Hugging Face encoder
+    without an MLM head gets a fresh head (with a note)."""
+    source, is_hf = find_weights(spec)
+    try:
+        if is_hf:
+            model = BertForPreTraining.from_pretrained(source)
+            return Init(model.config, model.state_dict(), source)
+        state = load_checkpoint(source)
+        return Init(BertConfig.from_dict(state["model_config"]), state["model"], source)
+    except UsageError:
+        raise
+    except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
+        raise UsageError(f"cannot load --init {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
+
+
+# ----------------------------------------------------------------------------- processes
+
+def setup_distributed(device_arg):
+    """torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a plain `python taco.py` is rank 0 of 1."""
+    device = cli.device(device_arg)  # one line if it cannot be used here
+    device_type = device.type
+    if "RANK" not in os.environ:
+        return 0, 0, 1, device
+    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+    # torchrun restarts workers against the same key-value store, which still holds the
+    # dead workers' addresses; a prefix per attempt keeps the new ones from reading them.
+    store, _, _ = next(dist.rendezvous("env://"))
+    store = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo",
+                            store=store, rank=rank, world_size=world)
+    return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
+
+
+def all_ranks_max(flags):
+    """The elementwise maximum of a tensor of flags over all ranks, as floats (one host sync)."""
+    if dist.is_initialized():
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return flags.tolist()
+
+
+# ----------------------------------------------------------------------------- optimizer and schedule
+
+def configure_optimizer(model, lr, weight_decay):
+    """AdamW with weight decay on matrices only (not on biases and LayerNorm); fused (one
+    kernel for all tensors) on CPU too, where it is ~4x faster than the default loop."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=True)  # the official scripts' values
+
+
+def get_lr(step, lr, warmup, steps):
+    """Linear warm-up from 0 to lr over `warmup` steps, then linear decay to 0 at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return lr * max(0.0, (steps - step) / max(1, steps - warmup))
+
+
+def step_seed(seed, step, rank):
+    """Every step reseeds from (seed, step, rank): resuming needs no RNG state to be exact."""
+    return hash((seed, step, rank)) & (2 ** 62 - 1)  # hashing ints is stable across runs
+
+
+# ----------------------------------------------------------------------------- a pre-training run
+
+class Run:
+    """The engineering of one taco.py run, in the order train() meets it:
+
+        Run(args, cleanup)     torchrun's ranks (or one process), CPU threads
+        open()                 --out and its lock; the checkpoint to resume from
+        data(tok)              the corpus as blocks (tokenised once, on rank 0, and cached)
+        prepare(...)           refuse to clobber another run or to resume with other settings
+        precision()            autocast and the fp16 gradient scaler
+        restore(...)           weights, optimizer and step of the checkpoint, when resuming
+        wrap(raw)              torch.compile, DDP
+        begin(...)             config.json, vocab.txt, the start line
+        steps(start)           the progress bar; SIGINT / SIGTERM stop at a step boundary
+        reseed(step)           the step's random generators
+        sync_gradients(...)    DDP all-reduces on the last micro-step only
+        finite(losses, norm)   every rank agrees that the step is finite (and on a stop signal)
+        log(...), save(...)    metrics.jsonl, checkpoints
+        stop_if_signalled()    after saving, every rank stops
+
+    `cleanup` (an ExitStack) releases on any exit what the run holds: the lock, the signal
+    handlers, the process group.
+    """
+
+    def __init__(self, args, cleanup):
+        self.args, self.cleanup = args, cleanup
+        self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
+        if self.world > 1:
+            cleanup.callback(dist.destroy_process_group)
+        self.master = self.rank == 0
+        self.threads = cli.set_threads(args.threads)
+        self.skipped, self.signum, self.last_ckpt, self.last_eval = 0, 0, None, None
+
+    def warn(self, message):
+        if self.master:
+            print(f"warning: {message}", file=sys.stderr)
+
+    def open(self):
+        """Take --out (rank 0) before anything in it is read or written; find the newest valid
+        checkpoint to resume from (--resume, or a worker restarted by torchrun --max_restarts)."""
+        args = self.args
+        if self.master:
+            self.cleanup.enter_context(RunLock(args.out))
+        self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
+        self.resume_from = latest_checkpoint(args.out) if args.resume or self.restarted else None
+        if args.resume and self.resume_from is None and not self.restarted:
+            raise UsageError(f"--resume: no valid checkpoint in {args.out}")
+        self.resuming = self.resume_from is not None
+
+    def data(self, tok):
+        """-> (training blocks, held-out blocks: the corpus's tail). Rank 0 tokenises and caches
+        (hours for the paper's corpora); the others wait for its file, not in a collective that
+        would time out (NCCL: 10 min); torchrun ends them if rank 0 fails."""
+        args = self.args
+        if not self.master:
+            cache = token_cache_path(args.data, tok, args.cache_dir)
+            while not cache.exists():
+                time.sleep(2)
+        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
+        blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
+        n_eval = min(args.eval_blocks, len(blocks) // 10)
+        return blocks.split(len(blocks) - n_eval)
+
+    def prepare(self, resumable, init=None):
+        """Refuse to clobber another run; on resume, refuse a changed configuration (the settings
+        compared are the checkpoint's own; config.json is a copy for people to read); a resumed
+        TaCL run must find the same --init its teacher was built from."""
+        args = self.args
+        self.checkpoint = load_checkpoint(self.resume_from) if self.resuming else None
+        if self.master:
+            if self.resuming:
+                old = self.checkpoint.get("args", {})
+                changed = sorted(k for k, v in vars(args).items() if k not in resumable and old.get(k) != v)
+                if changed and not args.force:
+                    raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
+                                     f"{', '.join(changed)}; pass --force to accept them")
+                if args.objective == "tacl" and not args.force:
+                    check_teacher_unchanged(args.out, init.source)
+            elif os.path.exists(os.path.join(args.out, "config.json")) or list_checkpoints(args.out):
+                if not (args.force or self.restarted):
+                    raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
+                                     f"--force to overwrite it, or another --out")
+                for name in os.listdir(args.out):
+                    if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
+                        os.remove(os.path.join(args.out, name))
+        if self.world > 1:
+            dist.barrier()
+
+    def precision(self):
+        """-> (autocast context, GradScaler): --dtype, by default bf16 on capable CUDA, else fp32;
+        the scaler is on for fp16 only."""
+        cuda = self.device.type == "cuda"
+        self.dtype = self.args.dtype or ("bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32")
+        autocast = (contextlib.nullcontext() if self.dtype == "fp32" else
+                    torch.autocast(self.device.type, dtype=torch.bfloat16 if self.dtype == "bf16" else torch.float16))
+        return autocast, torch.amp.GradScaler(self.device.type, enabled=self.dtype == "fp16")
+
+    def restore(self, raw, optimizer, scaler):
+        """Resuming: the checkpoint's weights, optimizer and scaler state -> the step to start at."""
+        if not self.resuming:
+            return 0
+        ckpt = self.checkpoint
+        try:
+            raw.load_state_dict(ckpt["model"])
+        except RuntimeError as err:
+            raise UsageError(f"{self.resume_from} holds another model ({ckpt['model_config']['hidden_size']} hidden, "
+                             f"{ckpt['model_config']['num_hidden_layers']} layers) than --size {self.args.size}; "
+                             f"resume with its settings or start a new --out") from err
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        self.skipped = ckpt.get("skipped", 0)
+        return ckpt["step"]
+
+    def wrap(self, raw):
+        """The module the loop calls: `raw`, compiled with --compile, in DDP under torchrun."""
+        model = torch.compile(raw) if self.args.compile else raw
+        if self.world > 1:
+            model = DDP(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None)
+        return model
+
+    def finished(self, start):
+        """A run resumed at --steps or later has nothing to do: say so."""
+        if start >= self.args.steps and self.master:
+            print(f"{self.args.out} is already at step {start} (--steps {self.args.steps}): nothing to do")
+        return start >= self.args.steps
+
+    def begin(self, raw, cfg, tok, train_blocks, eval_blocks, accum, init=None):
+        """Rank 0 writes config.json (every resolved setting) and vocab.txt, drops the metrics
+        logged after the checkpoint it resumes from, and prints the start line."""
+        args, start = self.args, self.checkpoint["step"] if self.resuming else 0
+        self.cfg, self.steps_per_epoch, self.n_eval = cfg, len(train_blocks) // args.batch_size, len(eval_blocks)
+        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        if not self.master:
+            return
+        params = sum(p.numel() for p in raw.parameters())
+        logged = read_jsonl(self.metrics) if self.resuming and os.path.exists(self.metrics) else []
+        write_json(os.path.join(args.out, "config.json"), {
+            "args": vars(args), "model_config": asdict(cfg), "world_size": self.world, "accumulation": accum,
+            "dtype": self.dtype, "train_blocks": len(train_blocks), "eval_blocks": len(eval_blocks),
+            "parameters": params, "init": init and {
+                "source": init.source, "sha256": sha256(init.source) if os.path.isfile(init.source) else None}})
+        copy_vocab(tok.vocab_file, args.out)
+        if self.resuming:  # drop lines logged after the checkpoint (and a line torn by a kill)
+            write_jsonl(self.metrics, [r for r in logged if r.get("step", 0) <= start])
+        threads, why = self.threads
+        cpu = f" ({threads} thread{'s' * (threads > 1)}: {why})" if self.device.type == "cpu" else ""
+        print(f"{args.objective} | {args.size} ({params / 1e6:.1f}M params) | {len(train_blocks)} blocks x "
+              f"{args.max_len} | batch {args.batch_size} = {self.world} x {accum} x {args.device_batch_size} | "
+              f"{self.dtype} on {self.device.type}{cpu}" + (f" | init {init.source}" if init else "")
+              + (f" | resumed at step {start}" if self.resuming else ""))
+
+    def steps(self, start):
+        """The steps start .. --steps - 1 under a progress bar (rank 0); from here on SIGINT and
+        SIGTERM only ask the loop to save and stop at the next step boundary."""
+        self.stop = self.cleanup.enter_context(StopSignals())
+        self.bar = tqdm(range(start, self.args.steps), initial=start, total=self.args.steps,
+                        disable=not self.master, dynamic_ncols=True, desc="train")
+        self.tokens_seen, self.t0 = 0, time.time()
+        return self.bar
+
+    def reseed(self, step):
+        """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws
+        what an unbroken one would: dropout (torch's global generator), masking (a CPU generator,
+        returned first) and TC's sampling (returned second: on the device; with --negatives_from
+        global, rank 0's, so that every rank draws the same global sample)."""
+        seed, rank, device = self.args.seed, self.rank, self.device
+        torch.manual_seed(step_seed(seed, step, rank))
+        masking = torch.Generator().manual_seed(step_seed(seed + 1, step, rank))
+        sampling = (masking if device.type == "cpu" else
+                    torch.Generator(device).manual_seed(step_seed(seed + 2, step, rank)))
+        if self.args.negatives_from == "global":
+            sampling = torch.Generator(device).manual_seed(step_seed(seed + 2, step, 0))
+        return masking, sampling
+
+    def sync_gradients(self, model, now):
+        """Under DDP, all-reduce the gradients in this micro-step's backward only if `now` (the last)."""
+        if self.world > 1:
+            model.require_backward_grad_sync = now
+
+    def finite(self, step, losses, grad_norm):
+        """True if the step's losses and gradient norm are finite on every rank (fp16's scaler
+        handles overflowing gradients itself). One host sync, which also agrees on a stop signal.
+        A non-finite step stops the run (exit 3), or with --skip_nonfinite is skipped and counted."""
+        ok = torch.isfinite(losses).all() & (torch.isfinite(grad_norm) | (self.dtype == "fp16"))
+        flags = torch.stack([(~ok).float(), torch.full((), float(self.stop.signum), device=self.device)])
+        bad, self.signum = all_ranks_max(flags)
+        if not bad:
+            return True
+        if not self.args.skip_nonfinite:
+            raise FloatingPointError(f"non-finite loss or gradient at step {step}; last good checkpoint: "
+                                     f"{self.last_ckpt or self.resume_from or 'none'} (resume with --resume, "
+                                     f"maybe a lower --lr, or pass --skip_nonfinite)")
+        self.skipped += 1
+        return False
+
+    def eval_due(self, done):
+        """Evaluate after this step? Rank 0, every --eval_every steps and at the end."""
+        return (self.master and self.n_eval > 0
+                and (done % self.args.eval_every == 0 or done == self.args.steps))
+
+    def log(self, done, losses, lr, grad_norm, evals):
+        """The progress bar every step; a metrics.jsonl record every --log_every steps and with
+        every evaluation (rank 0)."""
+        args = self.args
+        self.tokens_seen += args.batch_size * args.max_len
+        if not self.master:
+            return
+        loss, mlm, tc, tp = losses.tolist()
+        tok_s = self.tokens_seen / (time.time() - self.t0)
+        self.bar.set_postfix(loss=f"{loss:.3f}", mlm=f"{mlm:.3f}", tc=f"{tc:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
+        record = {}
+        if done % args.log_every == 0 or done == args.steps:
+            record = {"step": done, "loss": loss, "mlm": mlm, "tc": tc, "lr": lr, "tokens_per_s": tok_s,
+                      "grad_norm": grad_norm.item(), "skipped": self.skipped}
+            if args.predict_all:
+                record["tp"] = tp
+        if evals:
+            self.last_eval = evals
+            record = {"step": done, **record, **evals}
+        if record:
+            append_jsonl(self.metrics, record)
+
+    def save_due(self, done):
+        """Save after this step? Every --save_every steps, at the end, and when a signal stops the run."""
+        return done % self.args.save_every == 0 or done == self.args.steps or self.stopping(done)
+
+    def stopping(self, done):
+        return bool(self.signum) and done < self.args.steps
+
+    def save(self, done, raw, optimizer, scaler):
+        """Rank 0 writes the checkpoint of step `done` (everything exact resume needs)."""
+        if self.master:
+            self.last_ckpt = save_checkpoint(self.args.out, {
+                "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                "step": done, "skipped": self.skipped, "model_config": asdict(self.cfg), "args": vars(self.args),
+                "data_position": {"epoch": done // self.steps_per_epoch, "batch": done % self.steps_per_epoch}},
+                self.args.keep_last)
+
+    def stop_if_signalled(self, done):
+        """After a signal: every rank stops after the same step, once rank 0 has saved it (exit 130 / 143)."""
+        if not self.stopping(done):
+            return
+        if self.world > 1:
+            dist.barrier()
+        name = signal.Signals(int(self.signum)).name
+        raise cli.Interrupted(int(self.signum), f"stopped by {name} after step {done}: saved {self.last_ckpt}; "
+                              f"to continue, run the same command with --resume" if self.master else "")
+
+    def end(self):
+        """The summary line of the last evaluation; every rank leaves together."""
+        ev = self.last_eval
+        if self.master and ev:
+            print(f"done: eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}, contextual score "
+                  f"{ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, inter {ev['ctx_inter']:.3f}); run in {self.args.out}")
+        if self.world > 1:
+            dist.barrier()
+
+
+def copy_vocab(src, out):
+    """OUT/vocab.txt, written atomically; nothing to do when --vocab is that file already."""
+    dst = os.path.join(out, "vocab.txt")
+    if not (os.path.exists(dst) and os.path.samefile(src, dst)):
+        with open(src, "rb") as f:
+            data = f.read()
+        atomic_write(dst, lambda f: f.write(data))
+
+
+def check_teacher_unchanged(out, source):
+    """A resumed tacl run rebuilds its teacher from --init: refuse an init that changed since
+    (e.g. --init RUN whose newest checkpoint is now another one)."""
+    try:
+        recorded = read_json(os.path.join(out, "config.json")).get("init") or {}
+    except (OSError, UsageError):  # no (readable) config.json: nothing recorded to compare with
+        return
+    if recorded.get("sha256") != (sha256(source) if os.path.isfile(source) else None):
+        raise UsageError(f"--init now gives {source}, not the {recorded.get('source')} this run's TaCL teacher "
+                         f"was built from; resume with that one or pass --force")

@@ -1,0 +1,64 @@
+"""Tests for cli.py: every entry point answers a mistake alike (one `error:` line, exit 2),
+the one error path and its exit codes, the thread setting."""
+import importlib
+import os
+
+import pytest
+
+import cli
+
+
+
+ENTRY_POINT_MISTAKES = [  # (script, argv, message): refused before any work, one line, exit 2
+    ("finetune", ["--batch_size", "0"], "argument --batch_size: 0 is not in [1, inf)"),
+    ("finetune", ["--lrs", "1e-4,nan"], "argument --lrs: nan is not in (0, inf)"),
+    ("finetune", ["--seeds", "1,x"], "argument --seeds: expected an integer, got 'x'"),
+    ("finetune", ["--warmup", "-1"], "argument --warmup: -1 is not in [0, inf)"),
+    ("finetune", ["--out", "{file}"], "is a file; pass a folder"),
+    ("finetune", ["--device", "tpu"], "expected cpu, cuda or cuda:N"),
+    ("finetune", ["--model", "{fifo}"], "is not a regular file"),
+    ("analyze", ["--json", "{dir}"], "--json {dir} is a folder; pass a file"),
+    ("analyze", ["--eval_blocks", "1"], "argument --eval_blocks: 1 is not in [2, inf)"),
+    ("analyze", ["--pairs", "{fifo}"], "is not a regular file"),
+    ("analyze", ["--pairs", "{loop}"], "Too many levels of symbolic links"),
+    ("study", ["--threads", "-1"], "argument --threads: -1 is not in [0, inf)"),
+    ("study", ["--ft_lr", "inf"], "argument --ft_lr: inf is not in (0, inf)"),
+    ("study", ["--out", "{file}"], "is a file; pass a folder"),
+    ("study", ["--plot", "{dir}"], "is a folder; pass a file"),
+    ("bench", ["--steps", "0"], "argument --steps: 0 is not in [1, inf)"),
+    ("bench", ["--peak_tflops", "nan"], "argument --peak_tflops: nan is not in (0, inf)"),
+    ("bench", ["--device", "mps"], "only cpu and cuda"),
+    ("bench", ["--tokenizer", "{fifo}", "--vocab", "toy"], "is not a regular file"),
+    ("bench", ["--tokenizer", "{dir}", "--vocab", "toy"], "is a folder, not a file"),
+    ("data", ["--data", "toy", "--num_proc", "0"], "argument --num_proc: 0 is not in [1, inf)"),
+    ("data", [], "the following arguments are required: --data"),
+]
+
+
+@pytest.mark.parametrize("script,argv,message", ENTRY_POINT_MISTAKES)
+def test_every_entry_point_answers_mistakes_alike(script, argv, message, tmp_path, capsys):
+    paths = {"file": tmp_path / "afile", "dir": tmp_path / "adir", "fifo": tmp_path / "fifo", "loop": tmp_path / "loop"}
+    paths["file"].write_text("x")
+    paths["dir"].mkdir()
+    os.mkfifo(paths["fifo"])
+    os.symlink(paths["loop"], paths["loop"])
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(script).main([a.format(**paths) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert message.format(**paths) in err
+    assert sorted(os.listdir(tmp_path)) == ["adir", "afile", "fifo", "loop"] and not os.listdir(paths["dir"])
+
+
+@pytest.mark.parametrize("raised,code,stderr", [
+    (cli.UsageError("bad flag\nspread over lines"), 2, "error: bad flag spread over lines\n"),
+    (PermissionError(13, "Permission denied", "/x/y"), 2, "error: Permission denied: /x/y\n"),
+    (FloatingPointError("loss is nan"), 3, "error: loss is nan\n"),
+    (cli.Interrupted(15, "stopped by SIGTERM"), 143, "stopped by SIGTERM\n"),
+    (KeyboardInterrupt(), 130, "interrupted\n"),
+])
+def test_the_one_error_path(raised, code, stderr, capsys):
+    """cli.errors(), around every script's main: one line on stderr, a documented exit code."""
+    with pytest.raises(SystemExit) as exit_info, cli.errors():
+        raise raised
+    assert exit_info.value.code == code and capsys.readouterr().err == stderr

@@ -1,0 +1,336 @@
+"""Tests for runs.py, a run's engineering: the schedule and optimizer, exact resume, checkpoints
+(verification, rotation), the project's own files, one run per folder, non-finite steps, signals,
+kill -9 and a torchrun worker crash (docs/robustness.md)."""
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cli
+import runs
+import taco
+from model import BertConfig, BertForPreTraining
+from runs import configure_optimizer, get_lr
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ----------------------------------------------------------------------------- schedule and optimizer
+
+def test_lr_schedule():
+    lrs = [get_lr(s, 1.0, 10, 110) for s in range(110)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0) and lrs[10] == pytest.approx(1.0)
+    assert lrs[60] == pytest.approx(0.5) and 0 < lrs[-1] < 0.02
+    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
+
+
+def test_fused_adamw_equals_plain_adamw():
+    """configure_optimizer's fused AdamW (one kernel for all tensors, also on CPU) takes the
+    steps of the textbook for-loop AdamW, weight-decay groups included."""
+    torch.manual_seed(0)
+    cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    models = [BertForPreTraining(cfg) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    start = models[0].bert.embeddings.word.weight.detach().clone()
+    fused = configure_optimizer(models[0], lr=1e-2, weight_decay=0.1)
+    assert fused.defaults["fused"]
+    groups = [{"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    plain = torch.optim.AdamW(groups, lr=1e-2, eps=1e-8, foreach=False, fused=False)
+    ids = torch.randint(5, 97, (4, 16))
+    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
+    for _ in range(3):
+        for model, opt in zip(models, (fused, plain)):
+            logits = model(ids, labels=labels)[0]
+            F.cross_entropy(logits, labels[labels != -100]).backward()
+            opt.step()
+            opt.zero_grad()
+    assert fused.defaults["eps"] == 1e-8  # the official scripts' (Hugging Face's default)
+    H = cfg.hidden_size
+    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+        if name.endswith("attn.qkv.bias"):
+            # The key bias adds one constant to a whole row of attention scores, which softmax
+            # ignores: its true gradient is 0, so AdamW (eps 1e-8) turns float rounding into
+            # steps there, different in each optimizer. Compared: the query and value biases.
+            a, b = torch.cat([a[:H], a[2 * H:]]), torch.cat([b[:H], b[2 * H:]])
+        # Update order differs by float rounding, amplified where |grad| ~ eps: 1e-3 of a step.
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert (models[0].bert.embeddings.word.weight - start).abs().max() > 1e-3  # the steps moved it
+
+
+# ----------------------------------------------------------------------------- resume, checkpoints, files
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, quick, run_taco):
+    """An uninterrupted quick run: the reference for every interrupted one below."""
+    out = str(tmp_path_factory.mktemp("straight") / "run")
+    assert run_taco(quick + ["--out", out]) == 0
+    return out
+
+
+def same_weights(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def metrics_of(out):
+    return [(r["step"], r.get("loss"), r.get("eval_mlm_loss")) for r in map(json.loads, open(os.path.join(out, "metrics.jsonl")))]
+
+
+def test_resume_is_bit_for_bit(straight, tmp_path, quick, run_taco, final_weights):
+    crashed = str(tmp_path / "crashed")
+    shutil.copytree(straight, crashed)  # as if the run had died right after step 8's checkpoint
+    for name in os.listdir(crashed):
+        if name.startswith(("ckpt_00000012", "ckpt_00000016")):
+            os.remove(os.path.join(crashed, name))
+    assert run_taco(quick + ["--out", crashed, "--resume"]) == 0
+    assert same_weights(final_weights(straight), final_weights(crashed))
+    metrics = lambda d: [json.loads(l)["loss"] for l in open(os.path.join(d, "metrics.jsonl"))]
+    assert metrics(straight) == metrics(crashed)  # no step logged twice or lost
+
+
+def test_out_directory_mistakes(tmp_path, capsys, quick, run_taco):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert run_taco(quick + ["--out", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    assert run_taco(quick + ["--out", str(empty), "--resume"]) == 2
+    assert "no valid checkpoint" in capsys.readouterr().err
+    run = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "4", "--out", run]) == 0
+    before = open(os.path.join(run, "metrics.jsonl")).read()
+    assert run_taco(quick + ["--steps", "4", "--out", run]) == 2  # never overwrite silently
+    assert "already holds a run" in capsys.readouterr().err
+    assert open(os.path.join(run, "metrics.jsonl")).read() == before
+    assert run_taco(quick + ["--steps", "4", "--out", run, "--resume", "--lr", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "differ from the run" in err and ": lr;" in err
+    os.chmod(tmp_path, 0o500)
+    try:
+        if os.geteuid() != 0:  # root writes anywhere: the check cannot be exercised as root
+            assert run_taco(quick + ["--out", str(tmp_path / "new")]) == 2
+    finally:
+        os.chmod(tmp_path, 0o700)
+
+
+def test_corrupted_checkpoint_falls_back(tmp_path, capsys, quick, run_taco):
+    run = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "8", "--out", run]) == 0
+    newest = os.path.join(run, "ckpt_00000008.pt")
+    with open(newest, "r+b") as f:  # flip a byte in the middle
+        f.seek(os.path.getsize(newest) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert runs.latest_checkpoint(run).endswith("ckpt_00000004.pt")
+    assert "checksum mismatch" in capsys.readouterr().err
+    with open(os.path.join(run, "ckpt_00000004.pt"), "r+b") as f:
+        f.truncate(100)
+    assert runs.latest_checkpoint(run) is None or not runs.latest_checkpoint(run).endswith("4.pt")
+    with pytest.raises(taco.UsageError, match="invalid"):
+        runs.load_checkpoint(os.path.join(run, "ckpt_00000004.pt"))
+
+
+def test_keep_last_rotation(tmp_path, quick, run_taco):
+    run = str(tmp_path / "run")
+    assert run_taco(quick + ["--out", run, "--keep_last", "2"]) == 0
+    assert sorted(n for n in os.listdir(run) if n.startswith("ckpt_")) == [
+        "ckpt_00000012.json", "ckpt_00000012.pt", "ckpt_00000016.json", "ckpt_00000016.pt"]
+
+
+def test_torn_and_invalid_run_files_still_resume_exactly(straight, tmp_path, capsys, quick, run_taco, final_weights):
+    """What a kill can leave (a torn metrics line, a truncated config.json, a manifest that is
+    valid JSON but not an object), and --vocab naming the run's own vocab.txt."""
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000016.*"))
+    with open(os.path.join(run, "ckpt_00000012.json"), "w") as f:
+        f.write("[]")  # -> falls back to step 8
+    with open(os.path.join(run, "config.json"), "r+") as f:
+        f.truncate(100)  # never read on --resume: the checkpoint holds the settings
+    with open(os.path.join(run, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 9, "loss": 3.')  # an append cut short
+    assert run_taco(quick + ["--out", run, "--resume", "--force", "--vocab", os.path.join(run, "vocab.txt")]) == 0
+    err = capsys.readouterr().err
+    assert "skipping checkpoint" in err and "holds a JSON list, not an object" in err
+    assert "dropped its last line, cut short" in err
+    assert same_weights(final_weights(straight), final_weights(run))
+    assert metrics_of(straight) == metrics_of(run)
+    assert json.load(open(os.path.join(run, "config.json")))["args"]["steps"] == 16  # rewritten whole
+
+
+def test_project_files_tolerant_tail_strict_otherwise(tmp_path, capsys):
+    """runs.read_jsonl / read_json / append_jsonl: only a torn last line is forgiven."""
+    path = tmp_path / "m.jsonl"
+    for text, records, error in [('{"a": 1}\n{"a": 2}\n', 2, None), ('{"a": 1}\n{"a"', 1, None),
+                                 ('{"a": 1}\n\n{"a": 2}', 2, None), ('{"a"\n{"a": 2}\n', 0, "line 1 is not valid JSON"),
+                                 ('[1]\n', 0, "line 1 holds a JSON list"), ('{"a": 1}\n{"a": 2\n', 0, "line 2 is not")]:
+        path.write_text(text)
+        if error:
+            with pytest.raises(cli.UsageError, match=error):
+                runs.read_jsonl(str(path))
+        else:
+            assert len(runs.read_jsonl(str(path))) == records
+    for text, error in [("[]", "holds a JSON list, not an object"), ('{"a": ', "not valid JSON"), ("7", "JSON int")]:
+        path.write_text(text)
+        with pytest.raises(cli.UsageError, match=error):
+            runs.read_json(str(path))
+    path.write_text('{"a": 1}\n{"a": 2')  # torn: an append after it must not glue to it
+    runs.append_jsonl(str(path), {"a": 3})
+    assert path.read_text() == '{"a": 1}\n{"a": 3}\n'
+
+
+def test_finished_run_is_left_alone(straight, capsys, quick, run_taco):
+    config = os.path.join(straight, "config.json")
+    before = (open(config).read(), os.stat(config).st_mtime_ns)
+    assert run_taco(quick + ["--out", straight, "--resume"]) == 0
+    assert "already at step 16" in capsys.readouterr().out
+    assert (open(config).read(), os.stat(config).st_mtime_ns) == before
+
+
+def test_one_run_per_out(tmp_path, capsys, quick, run_taco):
+    """A live run's lock refuses a second run; a dead owner's lock (kill -9) is taken over."""
+    out = str(tmp_path / "run")
+    with runs.RunLock(out):  # as another run would hold it
+        assert run_taco(quick + ["--steps", "2", "--out", out]) == 2
+        assert "is in use by another run (process" in capsys.readouterr().err
+    assert not os.path.exists(out)  # the lock holder created it and left nothing
+    os.makedirs(out)
+    with open(os.path.join(out, ".lock"), "w") as f:
+        f.write("999999 on elsewhere\n")  # a killed run's lock: its flock died with it
+    assert run_taco(quick + ["--steps", "2", "--out", out]) == 0
+    assert "taking over the lock of process 999999 on elsewhere" in capsys.readouterr().err
+    assert open(os.path.join(out, ".lock")).read() == ""  # released
+
+
+# ----------------------------------------------------------------------------- non-finite steps, signals, crashes
+
+def test_nonfinite_loss_stops_or_skips(tmp_path, monkeypatch, capsys, quick, run_taco):
+    real = taco.compute_loss
+    calls = {"n": 0}
+
+    def poisoned(*a, **k):
+        loss, *parts = real(*a, **k)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 6 else loss), *parts
+
+    monkeypatch.setattr(taco, "compute_loss", poisoned)
+    out = str(tmp_path / "nan")
+    assert run_taco(quick + ["--out", out]) == 3
+    err = capsys.readouterr().err
+    assert "non-finite loss or gradient at step 5" in err and "ckpt_00000004.pt" in err
+    calls["n"] = 0
+    out = str(tmp_path / "skip")
+    assert run_taco(quick + ["--out", out, "--skip_nonfinite"]) == 0
+    last = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))][-1]
+    assert last["skipped"] == 1 and math.isfinite(last["loss"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_stops_and_resumes_exactly(sig, straight, tmp_path, monkeypatch, capsys, quick, run_taco, final_weights):
+    """A real signal during step 10 of a run resumed at 8: the step finishes, a checkpoint is
+    saved, exit 128 + signal; --resume then ends where an uninterrupted run does."""
+    def signalled_get_lr(step, *args):
+        if step == 9:
+            os.kill(os.getpid(), sig)
+        return get_lr(step, *args)
+
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
+    monkeypatch.setattr(runs, "get_lr", signalled_get_lr)
+    assert run_taco(quick + ["--out", run, "--resume"]) == 128 + sig
+    err = capsys.readouterr().err
+    assert f"stopped by {sig.name} after step 10: saved" in err and "--resume" in err and "Traceback" not in err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    monkeypatch.setattr(runs, "get_lr", get_lr)
+    assert run_taco(quick + ["--out", run, "--resume"]) == 0
+    assert "resumed at step 10" in capsys.readouterr().out
+    assert same_weights(final_weights(straight), final_weights(run))
+
+
+def taco_cmd(quick, *args):
+    return [sys.executable, os.path.join(HERE, "taco.py"), *quick, *args]
+
+
+def torchrun_cmd(quick, *args, restarts=0):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            f"--max_restarts={restarts}", os.path.join(HERE, "taco.py"), *quick, "--device", "cpu", *args]
+
+
+def test_kill_9_at_random_moments_then_resume_is_exact(straight, tmp_path, quick, final_weights):
+    """SIGKILL a real training process several times (saves every step), resume each time."""
+    killed = str(tmp_path / "killed")
+    common = ["--save_every", "1", "--keep_last", "2"]
+    rng = random.Random(0)
+    # CPU results depend on the thread count, and other tests may have changed this process's
+    # (study.py --threads): the subprocesses use the one `straight` was trained with.
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    for attempt in range(3):
+        resume = ["--resume"] if runs.latest_checkpoint(killed) else ["--force"]
+        proc = subprocess.Popen(taco_cmd(quick, "--out", killed, *common, *resume), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while not runs.list_checkpoints(killed) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)  # wait until training has started
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.kill()
+        proc.wait()
+    assert runs.latest_checkpoint(killed) is not None
+    done = subprocess.run(taco_cmd(quick, "--out", killed, *common, "--resume"), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert same_weights(final_weights(straight), final_weights(killed))
+
+
+# Faults come from outside taco.py: this wrapper patches runs.get_lr (called once per step,
+# with the step) to crash or signal one worker, then runs taco.main as `python taco.py` would.
+FAULTY_TACO = """
+import os, signal, sys
+sys.path.insert(0, {here!r})
+import runs
+import taco
+get_lr, attempt, rank = runs.get_lr, os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+
+def faulty_get_lr(step, *args):
+    if rank == "1" and attempt == "0" and step == 6:
+        os._exit(13)  # a worker dies: torchrun restarts both, which resume from step 4
+    if rank == "1" and attempt == "1" and step == 9:
+        os.kill(os.getpid(), signal.SIGTERM)  # one worker is told to stop: both save and stop after step 10
+    return get_lr(step, *args)
+
+runs.get_lr = faulty_get_lr
+taco.main()
+"""
+
+
+def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path, quick, final_weights):
+    """DDP on 2 CPU processes (gloo). A worker crashing at step 6 is restarted by torchrun and
+    resumes from the step-4 checkpoint; SIGTERM to one worker then stops both after the same
+    step, with a checkpoint, from which torchrun's next restart resumes; the run ends with the
+    weights of an uninterrupted one."""
+    straight, faulty = str(tmp_path / "straight"), str(tmp_path / "faulty")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # --negatives_from global: the TC negatives come from both processes' micro-batches
+    r = subprocess.run(torchrun_cmd(quick, "--out", straight, "--negatives_from", "global"), env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert runs.latest_checkpoint(straight).endswith("ckpt_00000016.pt")
+    assert json.load(open(os.path.join(straight, "config.json")))["world_size"] == 2
+    wrapper = tmp_path / "faulty_taco.py"
+    wrapper.write_text(FAULTY_TACO.format(here=HERE))
+    # Two restarts are planned (the crash, the SIGTERM); the third is a spare: rarely a gloo worker aborts
+    # while exiting after its checkpoint is saved (docs/robustness.md), and torchrun then restarts it.
+    cmd = torchrun_cmd(quick, "--out", faulty, "--negatives_from", "global", restarts=3)
+    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-6000:]
+    assert "resumed at step 4" in r.stdout and "resumed at step 10" in r.stdout
+    assert "stopped by SIGTERM after step 10: saved" in r.stderr
+    assert same_weights(final_weights(straight), final_weights(faulty))
