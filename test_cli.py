@@ -4,6 +4,7 @@ import importlib
 import os
 
 import pytest
+import torch
 
 import cli
 
@@ -62,3 +63,37 @@ def test_the_one_error_path(raised, code, stderr, capsys):
     with pytest.raises(SystemExit) as exit_info, cli.errors():
         raise raised
     assert exit_info.value.code == code and capsys.readouterr().err == stderr
+
+
+@pytest.mark.parametrize("flag,env,want,source", [
+    (1, None, 1, "--threads"), (None, "1", 1, "$TACO_THREADS"), (2, "1", 2, "--threads"), (None, None, None, "default")])
+def test_threads_come_from_the_flag_then_the_environment(flag, env, want, source, monkeypatch):
+    """--threads, else $TACO_THREADS, else PyTorch's own count (never the machine's load: the
+    same count gives the same numbers)."""
+    before = torch.get_num_threads()
+    monkeypatch.delenv("TACO_THREADS", raising=False)
+    if env is not None:
+        monkeypatch.setenv("TACO_THREADS", env)
+    try:
+        number, why = cli.set_threads(flag)
+        assert number == torch.get_num_threads() == (want or before)
+        assert why == source or (source == "default" and why in ("$OMP_NUM_THREADS", "PyTorch's default"))
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("env", ["x", "0", "-2", "1.5"])
+def test_a_bad_thread_count_in_the_environment_is_one_line(env, monkeypatch, tmp_path, capsys, run_taco, quick):
+    monkeypatch.setenv("TACO_THREADS", env)
+    assert run_taco(quick + ["--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: $TACO_THREADS") and err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_the_start_line_says_the_threads(tmp_path, capsys, run_taco, quick):
+    before = torch.get_num_threads()
+    try:
+        assert run_taco(quick + ["--steps", "2", "--threads", "1", "--out", str(tmp_path / "run")]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert "fp32 on cpu (1 thread: --threads)" in capsys.readouterr().out
