@@ -580,3 +580,40 @@ def test_documented_gpu_commands_parse():
             taco.check_args(taco.get_args(argv), world)
         else:
             bench.get_args(argv)
+
+
+# ----------------------------------------------------------------------------- the layout
+
+def project_imports():
+    """{module: set of project modules it imports}, read from the source files at the root."""
+    import ast
+    names = {f[:-3] for f in os.listdir(HERE) if f.endswith(".py") and not f.startswith(("test_", "conftest"))}
+    graph = {}
+    for name in names:
+        tree = ast.parse(open(os.path.join(HERE, name + ".py")).read())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module.split(".")[0])
+        graph[name] = found & names - {name}
+    return graph
+
+
+def test_imports_run_one_way():
+    """No import cycle among the modules, and the modules below taco.py never import it."""
+    graph = project_imports()
+    state = {}
+
+    def visit(node, path):
+        assert state.get(node) != "open", f"import cycle: {' -> '.join(path + [node])}"
+        if state.get(node) is None:
+            state[node] = "open"
+            for nxt in graph[node]:
+                visit(nxt, path + [node])
+            state[node] = "done"
+    for node in graph:
+        visit(node, [])
+    for low in ("model", "tokenizer", "toy", "data", "cli", "runs", "fast"):
+        assert "taco" not in graph[low], low
