@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import cli
 import data
 import toy
 import taco
@@ -356,7 +357,7 @@ def test_embed_ignores_padding_and_reads_beir(tmp_path, tok):
     r = analyze.cls_retrieval(model.bert, tok, str(beir), similarity="cos")
     assert r["queries"] == 1 and r["documents"] == 3
     assert r["mrr@10"] == 1.0 and r["ndcg@10"] == pytest.approx(1.0)  # cosine: the document itself is first
-    with pytest.raises(taco.UsageError, match="integer score"):
+    with pytest.raises(cli.UsageError, match="integer score"):
         (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td2\n")
         analyze.read_beir(str(beir))
 

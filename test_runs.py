@@ -136,7 +136,7 @@ def test_corrupted_checkpoint_falls_back(tmp_path, capsys, quick, run_taco):
     with open(os.path.join(run, "ckpt_00000004.pt"), "r+b") as f:
         f.truncate(100)
     assert runs.latest_checkpoint(run) is None or not runs.latest_checkpoint(run).endswith("4.pt")
-    with pytest.raises(taco.UsageError, match="invalid"):
+    with pytest.raises(cli.UsageError, match="invalid"):
         runs.load_checkpoint(os.path.join(run, "ckpt_00000004.pt"))
 
 

@@ -617,3 +617,23 @@ def test_imports_run_one_way():
         visit(node, [])
     for low in ("model", "tokenizer", "toy", "data", "cli", "runs", "fast"):
         assert "taco" not in graph[low], low
+
+
+def test_scripts_take_only_the_method_from_taco():
+    """What other files use of taco.py is defined there (the method, its recipes and flags), never
+    something taco.py itself imports (the run's engineering lives in runs.py and cli.py)."""
+    import ast
+    import glob
+    own = {"__doc__"} | {n.name if not isinstance(n, ast.Assign) else n.targets[0].id
+           for n in ast.parse(open(os.path.join(HERE, "taco.py")).read()).body
+           if isinstance(n, (ast.FunctionDef, ast.ClassDef)) or isinstance(n, ast.Assign) and hasattr(n.targets[0], "id")}
+    files = [f for f in glob.glob(os.path.join(HERE, "*.py")) + glob.glob(os.path.join(HERE, "exercises", "**", "*.py"),
+                                                                          recursive=True) if not f.endswith("taco.py")]
+    for path in files:
+        for node in ast.walk(ast.parse(open(path).read())):
+            used = (node.names if isinstance(node, ast.ImportFrom) and node.module == "taco" else
+                    [node] if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "taco"
+                    else [])
+            for item in used:
+                name = getattr(item, "name", None) or item.attr
+                assert name in own, f"{os.path.relpath(path, HERE)} takes {name} from taco.py"
