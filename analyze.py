@@ -28,11 +28,11 @@ import json
 import math
 import os
 
+import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-import cli
 import runs
 from cli import UsageError, int_range
 from data import load_tokenizer, make_blocks, tokenize_corpus

@@ -6,6 +6,7 @@
     python bench.py --compile                                   # torch.compile every model
     python bench.py --variants taco-mlm,taco-tc --profile       # + where the time goes, op by op
     python bench.py --tokenizer big.txt --vocab path/to/vocab.txt   # the tokenizer vs Hugging Face's
+    python bench.py --wait_policy --steps 60 --busy 1               # threads on a shared machine (README: Threads)
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
 runs.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
@@ -35,12 +36,13 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from types import SimpleNamespace
 
+import cli  # before torch: cli sets how idle CPU threads wait
 import torch
 
-import cli
 import fast
 from cli import float_range, int_range
 from data import load_tokenizer, mask_tokens, read_documents, retromae_batch
@@ -79,6 +81,11 @@ def get_args(argv=None):
     p.add_argument("--probe", default=None, help="internal: print one variant's memory and exit")
     p.add_argument("--tokenizer", metavar="FILE", help="time the tokenizer on this text file against Hugging Face's "
                    "(one thread) instead of a training step")
+    p.add_argument("--wait_policy", action="store_true", help="time `python taco.py --steps STEPS` with 1 and all "
+                   "threads, idle threads spinning (OMP_WAIT_POLICY=ACTIVE) or sleeping (PASSIVE, taco's default), "
+                   "while --busy other processes keep cores busy")
+    p.add_argument("--busy", type=int_range(0), default=1, help="with --wait_policy: busy-looping processes started "
+                   "beside the runs, as other jobs on a shared machine (default: 1)")
     p.add_argument("--vocab", default="bert-base-uncased", help="with --tokenizer: toy, a vocab.txt, a folder with "
                    "one, or a hub model id")
     args = p.parse_args(argv)
@@ -239,6 +246,8 @@ def main(argv=None):
     with cli.errors():  # Ctrl-C: one line, no traceback
         if args.tokenizer:
             return tokenizers(args.tokenizer, args.vocab)
+        if args.wait_policy:
+            return wait_policies(args.steps, args.busy)
         measure(args, argv)
 
 
@@ -368,6 +377,36 @@ def tokenizers(path, vocab_spec, repeats=3):
     for name in list(runners)[1:]:
         print(f"  taco / {name}: {speed['taco'] / speed[name]:.2f}x")
 
+
+
+def wait_policies(steps, busy, repeats=3):
+    """Wall seconds of `python taco.py --steps N` (the default run, shortened) with 1 thread and
+    with one per core, idle threads spinning or sleeping, while `busy` busy-looping processes
+    run beside it: the variants alternate, medians of `repeats`. Loads the machine on purpose."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    here = os.path.dirname(os.path.abspath(__file__))
+    variants = [(1, "PASSIVE"), (cores, "ACTIVE"), (cores, "PASSIVE")]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    times = {v: [] for v in variants}
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            for _ in range(repeats):
+                for threads, policy in variants:
+                    t0 = time.perf_counter()
+                    subprocess.run([sys.executable, os.path.join(here, "taco.py"), "--steps", str(steps),
+                                    "--eval_every", str(10 * steps), "--threads", str(threads), "--out", out,
+                                    "--force"], env={**os.environ, "OMP_WAIT_POLICY": policy}, check=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    times[threads, policy].append(time.perf_counter() - t0)
+    finally:
+        for hog in hogs:
+            hog.kill()
+    print(f"python taco.py --steps {steps}, {cores} cores, {busy} busy-looping process(es) beside it; "
+          f"wall seconds, median of {repeats} alternating runs\n")
+    print("| threads | idle threads | wall s | runs |\n| ---: | --- | ---: | --- |")
+    for (threads, policy), t in times.items():
+        print(f"| {threads} | {'spin' if policy == 'ACTIVE' else 'sleep'} (OMP_WAIT_POLICY={policy}) | "
+              f"{statistics.median(t):.1f} | {', '.join(f'{x:.1f}' for x in t)} |")
 
 if __name__ == "__main__":
     main()

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 
-import cli
 from cli import DataError, default_cache_dir, int_range
 from tokenizer import WordPieceTokenizer
 from toy import toy_corpus

@@ -29,13 +29,13 @@ import sys
 import time
 from dataclasses import dataclass
 
+import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-import cli
 import fast
 import runs
 from cli import UsageError, float_range, int_range

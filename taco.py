@@ -19,12 +19,12 @@ from it, the micro-batch and the world size, so every launch above takes the sam
 import contextlib
 from typing import NamedTuple
 
+import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import cli
 import fast
 import runs
 from cli import UsageError, float_range, int_range

@@ -2,11 +2,15 @@
 the one error path and its exit codes, the thread setting."""
 import importlib
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import cli
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 
@@ -97,3 +101,27 @@ def test_the_start_line_says_the_threads(tmp_path, capsys, run_taco, quick):
     finally:
         torch.set_num_threads(before)
     assert "fp32 on cpu (1 thread: --threads)" in capsys.readouterr().out
+
+
+ENTRY_POINTS = ["taco", "finetune", "analyze", "bench", "data"]
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS)
+def test_entry_points_import_cli_before_torch(script):
+    """cli sets the OpenMP wait policy, which libgomp reads once, when torch loads."""
+    import ast
+    order = []
+    for node in ast.parse(open(os.path.join(HERE, f"{script}.py")).read()).body:
+        if isinstance(node, ast.Import):
+            order += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            order.append(node.module.split(".")[0])
+    assert "cli" in order and order.index("cli") < order.index("torch"), order
+
+
+def test_idle_threads_sleep_unless_the_user_says_otherwise():
+    code = "import os, taco; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    run = lambda env: subprocess.run([sys.executable, "-c", code], cwd=HERE, env=env, capture_output=True, text=True)
+    assert run(env).stdout.strip() == "PASSIVE"
+    assert run({**env, "OMP_WAIT_POLICY": "ACTIVE"}).stdout.strip() == "ACTIVE"
