@@ -9,7 +9,7 @@
     python bench.py --wait_policy --steps 60 --busy 1               # threads on a shared machine (README: Threads)
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
-runs.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
+taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
 tokens masked by data.mask_tokens.
     taco-mlm  taco's BertForPreTraining: MLM logits only at the masked rows
     taco-tc   the same + taco's TC loss (window 5, K 50, tau 0.07): TACO
@@ -47,8 +47,7 @@ import fast
 from cli import float_range, int_range
 from data import load_tokenizer, mask_tokens, read_documents, retromae_batch
 from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
-from runs import configure_optimizer
-from taco import DecoderInputs, MaskedBatch, compute_loss, retromae_loss, tc_loss
+from taco import DecoderInputs, MaskedBatch, compute_loss, configure_optimizer, retromae_loss, tc_loss
 from tokenizer import WordPieceTokenizer
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
@@ -139,7 +138,7 @@ def make_step(name, args, cfg, inputs, labels):
         model = transformers.BertForMaskedLM(hf_cfg)
     model = model.to(args.device).train()
     if name.startswith("taco"):
-        fast.install(model)  # taco's CPU dropout and attention, as taco.py trains
+        fast.speed_up(model)  # taco's CPU dropout and attention, as taco.py trains
     loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm", tc_weight=1.0, window=5,
                                 negatives=50, temperature=0.07, negatives_from="device", plain_tc=False, plain=False)
     optimizer = configure_optimizer(model, lr=1e-4, weight_decay=0.01)

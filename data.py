@@ -255,14 +255,15 @@ class Batches:
     def __init__(self, blocks, batch_size, micro, seed, rank=0, world=1):
         self.blocks, self.batch_size, self.micro, self.seed = blocks, batch_size, micro, seed
         self.per_rank, self.rank = batch_size // world, rank
+        self.accumulation = self.per_rank // micro  # micro-batches per step on each rank
         self.per_epoch = len(blocks) // batch_size  # optimizer steps per epoch
         if self.per_epoch == 0:
             raise DataError(f"the corpus gives {len(blocks)} training blocks of {blocks.max_len} tokens, "
                             f"fewer than one batch of {batch_size}; lower --batch_size or add data")
         self.epoch, self.order = None, None
 
-    def micro_batches(self, step):
-        """This rank's micro-batches of optimizer step `step`: int64 tensors (micro, max_len)."""
+    def at(self, step):
+        """This rank's micro-batches of optimizer step `step`: a list of int64 tensors (micro, max_len)."""
         epoch, i = divmod(step, self.per_epoch)
         if epoch != self.epoch:  # int32 (the same order as int64): 4 bytes a block, the one buffer that grows
             self.order = torch.randperm(len(self.blocks), generator=torch.Generator().manual_seed(self.seed + epoch),
@@ -270,9 +271,8 @@ class Batches:
             self.epoch = epoch
         mine = self.order[i * self.batch_size:(i + 1) * self.batch_size][self.rank * self.per_rank:
                                                                          (self.rank + 1) * self.per_rank]
-        for start in range(0, self.per_rank, self.micro):
-            rows = np.sort(mine[start:start + self.micro].numpy())  # in file order: fewer seeks in the memmap
-            yield torch.from_numpy(self.blocks[rows].astype(np.int64))
+        rows = [np.sort(mine[i:i + self.micro].numpy()) for i in range(0, self.per_rank, self.micro)]  # file order
+        return [torch.from_numpy(self.blocks[r].astype(np.int64)) for r in rows]
 
 
 # ----------------------------------------------------------------------------- masking

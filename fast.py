@@ -11,7 +11,7 @@ test_fast.py tests each against the plain form it replaces:
     attention        F.scaled_dot_product_attention with dropout on CPU, where SDPA has no fused
                      kernel and its fallback adds scaling and masking passes and the serial sampler
 
-`install(model)` puts Dropout and attention into a model; off the CPU, or without dropout, they
+`speed_up(model)` puts Dropout and attention into a model; off the CPU, or without dropout, they
 hand over to the plain op, so installing them is always safe.
 """
 import warnings
@@ -122,7 +122,7 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0):
     return dropout(att.softmax(-1), dropout_p, True) @ v  # (B, nh, T, hs)
 
 
-def install(model):
+def speed_up(model):
     """Put the CPU equivalents into `model` (in place; returns it): every nn.Dropout becomes
     `Dropout`, every SelfAttention computes its core by `attention`. Weights are untouched."""
     for module in list(model.modules()):

@@ -41,7 +41,8 @@ import runs
 from cli import UsageError, float_range, int_range
 from data import load_tokenizer
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
-from runs import configure_optimizer, find_weights, get_lr, load_checkpoint, setup_distributed, vocab_beside
+from runs import find_weights, load_checkpoint, setup_distributed, vocab_beside
+from taco import configure_optimizer, get_lr
 from toy import toy_corpus
 
 
@@ -309,7 +310,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     raw.load_state_dict(weights, strict=False)
     raw.to(device)
     if not args.plain:
-        fast.install(raw)  # faster CPU dropout and attention: the same computation (fast.py)
+        fast.speed_up(raw)  # faster CPU dropout and attention: the same computation (fast.py)
     model = DDP(raw, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else raw
     optimizer = configure_optimizer(raw, lr, args.weight_decay)  # as in pre-training
     scaler = torch.amp.GradScaler(device.type, enabled=args.dtype == "fp16")

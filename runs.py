@@ -5,7 +5,7 @@
     checkpoints   ckpt_<step>.pt + its manifest (bytes, sha256), verified before use, rotated
     weights       --init / --model: a run folder, a checkpoint file or a Hugging Face folder
     processes     torchrun's ranks: set-up, teardown, agreement across ranks
-    optimizer     AdamW as the recipes use it, the learning-rate schedule, per-step seeds
+    seeds         every step's random numbers from (seed, step, rank): exact resume
     Run           the moments of taco.py's train(), one call each
 
 User mistakes are cli.UsageError: one `error:` line, exit 2 (docs/robustness.md).
@@ -320,23 +320,7 @@ def all_ranks_max(flags):
     return flags.tolist()
 
 
-# ----------------------------------------------------------------------------- optimizer and schedule
-
-def configure_optimizer(model, lr, weight_decay):
-    """AdamW with weight decay on matrices only (not on biases and LayerNorm); fused (one
-    kernel for all tensors) on CPU too, where it is ~4x faster than the default loop."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=True)  # the official scripts' values
-
-
-def get_lr(step, lr, warmup, steps):
-    """Linear warm-up from 0 to lr over `warmup` steps, then linear decay to 0 at `steps`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    return lr * max(0.0, (steps - step) / max(1, steps - warmup))
-
+# ----------------------------------------------------------------------------- per-step seeds
 
 def step_seed(seed, step, rank):
     """Every step reseeds from (seed, step, rank): resuming needs no RNG state to be exact."""
@@ -348,20 +332,24 @@ def step_seed(seed, step, rank):
 class Run:
     """The engineering of one taco.py run, in the order train() meets it:
 
-        Run(args, cleanup)     torchrun's ranks (or one process), CPU threads
-        open()                 --out and its lock; the checkpoint to resume from
-        data(tok)              the corpus as blocks (tokenised once, on rank 0, and cached)
-        prepare(...)           refuse to clobber another run or to resume with other settings
-        precision()            autocast and the fp16 gradient scaler
-        restore(...)           weights, optimizer and step of the checkpoint, when resuming
-        wrap(raw)              torch.compile, DDP
-        begin(...)             config.json, vocab.txt, the start line
-        steps(start)           the progress bar; SIGINT / SIGTERM stop at a step boundary
-        reseed(step)           the step's random generators
-        sync_gradients(...)    DDP all-reduces on the last micro-step only
-        finite(losses, norm)   every rank agrees that the step is finite (and on a stop signal)
-        log(...), save(...)    metrics.jsonl, checkpoints
-        stop_if_signalled()    after saving, every rank stops
+        Run(args, cleanup)          torchrun's ranks (or one process), CPU threads
+        warn(message)               a `warning:` line, from rank 0 only
+        open()                      --out and its lock; the checkpoint to resume from
+        data(tok)                   the corpus as blocks (tokenised once, on rank 0, and cached)
+        prepare(resumable, init)    refuse to clobber another run or to resume with other settings
+        precision()                 autocast and the fp16 gradient scaler
+        restore(raw, opt, scaler)   weights, optimizer and step of the checkpoint, when resuming
+        wrap(raw)                   torch.compile, DDP
+        finished(start)             a resumed run already at --steps: nothing to do
+        begin(...)                  config.json, vocab.txt, the start line
+        steps(start)                the progress bar; SIGINT / SIGTERM stop at a step boundary
+        reseed(step)                the step's random generators
+        sync_gradients(model, now)  under DDP, whether this micro-step's backward all-reduces
+        finite(step, losses, norm)  every rank agrees the step is finite (the same sync agrees on signals)
+        eval_due(done), log(...)    when to evaluate; the bar and metrics.jsonl
+        save_due(done), save(...)   when to checkpoint (a stop signal makes it now); the checkpoint
+        stop_if_signalled(done)     after saving, every rank stops (exit 130 / 143)
+        end()                       the summary line
 
     `cleanup` (an ExitStack) releases on any exit what the run holds: the lock, the signal
     handlers, the process group.
@@ -469,11 +457,12 @@ class Run:
             print(f"{self.args.out} is already at step {start} (--steps {self.args.steps}): nothing to do")
         return start >= self.args.steps
 
-    def begin(self, raw, cfg, tok, train_blocks, eval_blocks, accum, init=None):
+    def begin(self, raw, cfg, tok, batches, eval_blocks, init=None):
         """Rank 0 writes config.json (every resolved setting) and vocab.txt, drops the metrics
         logged after the checkpoint it resumes from, and prints the start line."""
         args, start = self.args, self.checkpoint["step"] if self.resuming else 0
-        self.cfg, self.steps_per_epoch, self.n_eval = cfg, len(train_blocks) // args.batch_size, len(eval_blocks)
+        train_blocks, accum = batches.blocks, batches.accumulation
+        self.cfg, self.steps_per_epoch, self.n_eval = cfg, batches.per_epoch, len(eval_blocks)
         self.metrics = os.path.join(args.out, "metrics.jsonl")
         if not self.master:
             return
@@ -506,8 +495,9 @@ class Run:
     def reseed(self, step):
         """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws
         what an unbroken one would: dropout (torch's global generator), masking (a CPU generator,
-        returned first) and TC's sampling (returned second: on the device; with --negatives_from
-        global, rank 0's, so that every rank draws the same global sample)."""
+        returned first) and TC's sampling (returned second: on a GPU a generator of its own; on
+        the CPU the masking one, drawn on after it; with --negatives_from global, rank 0's, so
+        that every rank draws the same global sample)."""
         seed, rank, device = self.args.seed, self.rank, self.device
         torch.manual_seed(step_seed(seed, step, rank))
         masking = torch.Generator().manual_seed(step_seed(seed + 1, step, rank))

@@ -115,7 +115,7 @@ def test_cpu_attention_path_equals_sdpa(padding, monkeypatch):
     """The written-out attention used for CPU training gives SDPA's values and gradients."""
     cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=1e-12)
     torch.manual_seed(0)
-    model = fast.install(BertForPreTraining(cfg))  # a dropout that keeps everything: train and eval agree
+    model = fast.speed_up(BertForPreTraining(cfg))  # a dropout that keeps everything: train and eval agree
     ids = torch.randint(5, 97, (3, 20))
     mask = torch.ones(3, 20, dtype=torch.long)
     if padding:
@@ -139,14 +139,14 @@ def test_cpu_attention_path_equals_sdpa(padding, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_install_swaps_in_the_equivalents_and_keeps_the_weights():
-    """fast.install: every nn.Dropout becomes fast.Dropout, every SelfAttention attends by
+def test_speed_up_swaps_in_the_equivalents_and_keeps_the_weights():
+    """fast.speed_up: every nn.Dropout becomes fast.Dropout, every SelfAttention attends by
     fast.attention; the state dict and the eval-mode outputs are those of the plain model."""
     cfg = BertConfig.from_size("tiny", vocab_size=97)
     torch.manual_seed(0)
     plain = BertForPreTraining(cfg).eval()
     torch.manual_seed(0)
-    model = fast.install(BertForPreTraining(cfg)).eval()
+    model = fast.speed_up(BertForPreTraining(cfg)).eval()
     assert plain.state_dict().keys() == model.state_dict().keys()
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), model.state_dict().values()))
     dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]

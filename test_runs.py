@@ -13,58 +13,13 @@ import time
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import cli
 import runs
 import taco
-from model import BertConfig, BertForPreTraining
-from runs import configure_optimizer, get_lr
+from taco import get_lr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-# ----------------------------------------------------------------------------- schedule and optimizer
-
-def test_lr_schedule():
-    lrs = [get_lr(s, 1.0, 10, 110) for s in range(110)]
-    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0) and lrs[10] == pytest.approx(1.0)
-    assert lrs[60] == pytest.approx(0.5) and 0 < lrs[-1] < 0.02
-    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
-
-
-def test_fused_adamw_equals_plain_adamw():
-    """configure_optimizer's fused AdamW (one kernel for all tensors, also on CPU) takes the
-    steps of the textbook for-loop AdamW, weight-decay groups included."""
-    torch.manual_seed(0)
-    cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    models = [BertForPreTraining(cfg) for _ in range(2)]
-    models[1].load_state_dict(models[0].state_dict())
-    start = models[0].bert.embeddings.word.weight.detach().clone()
-    fused = configure_optimizer(models[0], lr=1e-2, weight_decay=0.1)
-    assert fused.defaults["fused"]
-    groups = [{"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0}]
-    plain = torch.optim.AdamW(groups, lr=1e-2, eps=1e-8, foreach=False, fused=False)
-    ids = torch.randint(5, 97, (4, 16))
-    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
-    for _ in range(3):
-        for model, opt in zip(models, (fused, plain)):
-            logits = model(ids, labels=labels)[0]
-            F.cross_entropy(logits, labels[labels != -100]).backward()
-            opt.step()
-            opt.zero_grad()
-    assert fused.defaults["eps"] == 1e-8  # the official scripts' (Hugging Face's default)
-    H = cfg.hidden_size
-    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
-        if name.endswith("attn.qkv.bias"):
-            # The key bias adds one constant to a whole row of attention scores, which softmax
-            # ignores: its true gradient is 0, so AdamW (eps 1e-8) turns float rounding into
-            # steps there, different in each optimizer. Compared: the query and value biases.
-            a, b = torch.cat([a[:H], a[2 * H:]]), torch.cat([b[:H], b[2 * H:]])
-        # Update order differs by float rounding, amplified where |grad| ~ eps: 1e-3 of a step.
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    assert (models[0].bert.embeddings.word.weight - start).abs().max() > 1e-3  # the steps moved it
 
 
 # ----------------------------------------------------------------------------- resume, checkpoints, files
@@ -245,12 +200,12 @@ def test_signal_saves_stops_and_resumes_exactly(sig, straight, tmp_path, monkeyp
 
     run = str(tmp_path / "run")
     shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
-    monkeypatch.setattr(runs, "get_lr", signalled_get_lr)
+    monkeypatch.setattr(taco, "get_lr", signalled_get_lr)
     assert run_taco(quick + ["--out", run, "--resume"]) == 128 + sig
     err = capsys.readouterr().err
     assert f"stopped by {sig.name} after step 10: saved" in err and "--resume" in err and "Traceback" not in err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
-    monkeypatch.setattr(runs, "get_lr", get_lr)
+    monkeypatch.setattr(taco, "get_lr", get_lr)
     assert run_taco(quick + ["--out", run, "--resume"]) == 0
     assert "resumed at step 10" in capsys.readouterr().out
     assert same_weights(final_weights(straight), final_weights(run))
@@ -289,14 +244,13 @@ def test_kill_9_at_random_moments_then_resume_is_exact(straight, tmp_path, quick
     assert same_weights(final_weights(straight), final_weights(killed))
 
 
-# Faults come from outside taco.py: this wrapper patches runs.get_lr (called once per step,
+# Faults come from outside taco.py: this wrapper patches taco.get_lr (called once per step,
 # with the step) to crash or signal one worker, then runs taco.main as `python taco.py` would.
 FAULTY_TACO = """
 import os, signal, sys
 sys.path.insert(0, {here!r})
-import runs
 import taco
-get_lr, attempt, rank = runs.get_lr, os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+get_lr, attempt, rank = taco.get_lr, os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
 
 def faulty_get_lr(step, *args):
     if rank == "1" and attempt == "0" and step == 6:
@@ -305,7 +259,7 @@ def faulty_get_lr(step, *args):
         os.kill(os.getpid(), signal.SIGTERM)  # one worker is told to stop: both save and stop after step 10
     return get_lr(step, *args)
 
-runs.get_lr = faulty_get_lr
+taco.get_lr = faulty_get_lr
 taco.main()
 """
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import analyze
+import fast
 import study
 import taco
 from data import load_tokenizer
@@ -173,6 +174,8 @@ def test_teacher_reads_unmasked_ids_never_changes_and_is_never_saved(tmp_path, m
         assert (s_ids[changed] == mask_id).float().mean() > 0.5  # the student the masked one (80 % [MASK])
     teacher = teacher_calls[0][0]
     assert all(c[0] is teacher for c in teacher_calls)  # one teacher for the whole run
+    dropouts = [m for m in teacher.modules() if isinstance(m, torch.nn.Dropout)]
+    assert dropouts and all(type(m) is fast.Dropout for m in dropouts)  # the student's CPU dropout, as before
     init = ckpt(init_run, 4)["model"]
     assert all(torch.equal(v, init["bert." + k]) for k, v in teacher.state_dict().items())  # never changed
     assert all(p.grad is None for p in teacher.parameters())

@@ -17,7 +17,7 @@ import bench
 import runs
 import taco
 from model import BertConfig, BertForPreTraining
-from taco import contextual_score, sample_negatives, sample_positives, tc_loss
+from taco import configure_optimizer, contextual_score, get_lr, sample_negatives, sample_positives, tc_loss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -320,6 +320,49 @@ def test_contextual_score_matches_brute_force():
     intra, inter = brute_force_score(h, mask)
     assert score["intra"] == pytest.approx(intra, abs=1e-6)
     assert score["inter"] == pytest.approx(inter, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- the optimizer and the schedule
+
+def test_lr_schedule():
+    lrs = [get_lr(s, 1.0, 10, 110) for s in range(110)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0) and lrs[10] == pytest.approx(1.0)
+    assert lrs[60] == pytest.approx(0.5) and 0 < lrs[-1] < 0.02
+    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
+
+
+def test_fused_adamw_equals_plain_adamw():
+    """configure_optimizer's fused AdamW (one kernel for all tensors, also on CPU) takes the
+    steps of the textbook for-loop AdamW, weight-decay groups included."""
+    torch.manual_seed(0)
+    cfg = BertConfig.from_size("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    models = [BertForPreTraining(cfg) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    start = models[0].bert.embeddings.word.weight.detach().clone()
+    fused = configure_optimizer(models[0], lr=1e-2, weight_decay=0.1)
+    assert fused.defaults["fused"]
+    groups = [{"params": [p for p in models[1].parameters() if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in models[1].parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    plain = torch.optim.AdamW(groups, lr=1e-2, eps=1e-8, foreach=False, fused=False)
+    ids = torch.randint(5, 97, (4, 16))
+    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
+    for _ in range(3):
+        for model, opt in zip(models, (fused, plain)):
+            logits = model(ids, labels=labels)[0]
+            F.cross_entropy(logits, labels[labels != -100]).backward()
+            opt.step()
+            opt.zero_grad()
+    assert fused.defaults["eps"] == 1e-8  # the official scripts' (Hugging Face's default)
+    H = cfg.hidden_size
+    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+        if name.endswith("attn.qkv.bias"):
+            # The key bias adds one constant to a whole row of attention scores, which softmax
+            # ignores: its true gradient is 0, so AdamW (eps 1e-8) turns float rounding into
+            # steps there, different in each optimizer. Compared: the query and value biases.
+            a, b = torch.cat([a[:H], a[2 * H:]]), torch.cat([b[:H], b[2 * H:]])
+        # Update order differs by float rounding, amplified where |grad| ~ eps: 1e-3 of a step.
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert (models[0].bert.embeddings.word.weight - start).abs().max() > 1e-3  # the steps moved it
 
 
 # ----------------------------------------------------------------------------- pre-training end to end

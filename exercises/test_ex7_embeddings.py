@@ -4,7 +4,7 @@ import torch.nn.functional as F
 
 from exercises._check import call, expect
 from model import BertConfig, BertForPreTraining
-from runs import configure_optimizer
+from taco import configure_optimizer
 
 EXERCISE = "ex7_embeddings"
 
