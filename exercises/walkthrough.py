@@ -102,7 +102,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="Trace one batch through the TC loss, at init and after training.")
     p.add_argument("--run", default=None, help="a taco run directory or checkpoint for the 'after' part "
                    "(default: pre-train a miniature into --out)")
-    p.add_argument("--steps", type=int, default=300, help="miniature pre-training steps when --run is not given")
+    p.add_argument("--steps", type=int, default=None, help="miniature pre-training steps when --run is not given "
+                   "(default: the miniature's 300: the very TACO run of exercises 5 and 6, reused if it is there)")
     p.add_argument("--out", default="runs/mini", help="where the miniature pre-training goes (a finished one is reused)")
     p.add_argument("--batch", type=int, default=4, help="blocks in the batch")
     p.add_argument("--max_len", type=int, default=64, help="tokens per block")
@@ -139,12 +140,15 @@ def main(argv=None):
                 raise UsageError(str(err)) from None
             title = f"3. After pre-training: {source}"
         else:
-            from exercises.miniature import pretrain
-            print(f"Pre-training a miniature TACO ({args.steps} steps) under {args.out} ...", flush=True)
+            from exercises.miniature import MINI, finished, pretrain
+            steps = args.steps or MINI["steps"]
+            run_dir, done = finished(args.out, steps=args.steps)
+            print(f"{'Reusing' if done else 'Pre-training'} a miniature TACO ({steps} steps, one thread): {run_dir}"
+                  + ("" if done else " ..."), flush=True)
             run_dir, _ = pretrain(args.out, steps=args.steps)
             import analyze
             trained, _, _, source = analyze.load_encoder(run_dir)
-            title = f"3. After {args.steps} steps of TACO ({source})"
+            title = f"3. After {steps} steps of TACO ({source})"
         if trained.embeddings.word.num_embeddings != tok.vocab_size:
             raise UsageError(f"{args.run} was not trained on the toy vocabulary; pass a toy-corpus run")
         r = trace(trained, ids, tok, *knobs, title)
