@@ -77,7 +77,7 @@ def main(argv=None, functions=None):
         runs = [r["run"] for r in results.values()]
         os.makedirs(args.pictures, exist_ok=True)
         pictures.curves(runs, os.path.join(args.pictures, "curves.png"))
-        pictures.cosine(runs, os.path.join(args.pictures, "cosine.png"))
+        pictures.cosine(runs, os.path.join(args.pictures, "cosine.png"), part="g")  # g = h - e: what TC aligns
     except taco.UsageError as err:
         print(f"note: no pictures ({err})")
     if args.json:
