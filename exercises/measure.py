@@ -1,7 +1,7 @@
 """Re-measure every table of exercises 5, 6 and 7, over several pre-training seeds, in one command.
 
     python exercises/measure.py                              # seeds 0,1,2: every table, printed as markdown
-    python exercises/measure.py --update-pages               # and written into the pages, between their markers
+    python exercises/measure.py --update_pages               # and written into the pages, between their markers
     python exercises/measure.py --steps 20 --seeds 0,1 --out /tmp/m   # a quick check that it works (numbers meaningless)
 
 It runs the exercises' own drivers as a student would (`ex6_mlm_vs_taco.py`, `ex5_ablations.py`, then
@@ -11,7 +11,7 @@ seconds (this process and its workers). Exercise 6 is timed from scratch in a fo
 runs must equal exercise 5's baseline and MLM runs to the last digit (printed: one thread makes a run
 reproducible). It prints the commit, thread count, cores and load, every table in the pages' layout,
 and checks the claims the pages make in words (e.g. "K=4 lowers the contextual score in every seed").
-With --update-pages the tables go into ex5_ablations.md, ex6_mlm_vs_taco.md, ex7_embeddings.md and
+With --update_pages the tables go into ex5_ablations.md, ex6_mlm_vs_taco.md, ex7_embeddings.md and
 TEACHERS.md between `<!-- measure.py:NAME -->` and `<!-- /measure.py -->`; the words around them are
 the authors' (a claim marked ✗ means they need rewriting). Drivers' own output: OUT/log.txt.
 """
@@ -128,7 +128,12 @@ def per_seed(values, digits=3, sign=""):
 def tables(r, seeds, info):
     t = {}
     ex5, ex6, ex7 = r["ex5"], r["ex6"], r["ex7"]
-    note = (f"Measured with `python exercises/measure.py` (seeds {', '.join(map(str, seeds))}) at commit "
+    t["preliminary"] = "" if len(seeds) >= 3 else (
+        f"> **PRELIMINARY.** The tables below are {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) measured at "
+        f"commit {info['commit']}, not the final code; the final ones, over seeds 0, 1, 2, are written here by "
+        f"`python exercises/measure.py --update_pages`. Until then, read them as an example of the layout.")
+    note = (f"Measured with `python exercises/measure.py` (seed{'s' if len(seeds) > 1 else ''} "
+            f"{', '.join(map(str, seeds))}) at commit "
             f"{info['commit']}, {info['date']}, one thread per run, {info['jobs']} run(s) side by side on "
             f"{info['cores']} cores (load average at the start {info['load_at_start']}); mean (min – max over the seeds).")
     t["ex5-table"] = note + "\n\n| setting | contextual score | wordsim ρ | held-out MLM loss |\n| --- | --- | --- | --- |\n" + "\n".join(
@@ -239,14 +244,33 @@ def update_pages(t):
     for name, path in PAGES.items():
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        new = re.sub(r"(<!-- measure\.py:([\w-]+) -->\n).*?(\n<!-- /measure\.py -->)",
-                     lambda m: m.group(1) + t[m.group(2)] + m.group(3) if m.group(2) in t else m.group(0),
-                     text, flags=re.S)
+        new = re.sub(r"(<!-- measure\.py:([\w-]+) -->\n)(.*?)(<!-- /measure\.py -->)",  # .*? may be empty
+                     lambda m: m.group(1) + (t[m.group(2)] + "\n" if t[m.group(2)] else "") + m.group(4)
+                     if m.group(2) in t else m.group(0), text, flags=re.S)
         if new != text:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(new)
             changed.append(name)
     return changed
+
+
+def from_json(path, update):
+    """The tables and claims of an earlier measurement (its --json file)."""
+    import cli
+    saved = cli.read_json(path)
+    r = {k: ({int(s): v for s, v in x.items()} if k.startswith("ex") else x) for k, x in saved["results"].items()}
+    for seed in r["ex6"]:  # JSON made the curves' (step, value) pairs lists
+        for name in r["ex6"][seed].values():
+            for key in ("ctx_curve", "mlm_curve"):
+                name[key] = [tuple(p) for p in name[key]]
+    seeds = sorted(r["ex5"])
+    t = tables(r, seeds, saved["machine"])
+    for name, text in t.items():
+        print(f"<!-- measure.py:{name} -->\n{text}\n<!-- /measure.py -->\n")
+    print("The pages' claims:\n" + "\n".join(check_claims(r, seeds)))
+    if update:
+        print("updated: " + (", ".join(update_pages(t)) or "nothing (no markers found)"))
+    return r, t
 
 
 def main(argv=None):
@@ -258,15 +282,19 @@ def main(argv=None):
     p.add_argument("--steps", type=cli.int_range(1), default=None, help="pre-training steps (default: the miniature's; "
                    "fewer only to try this script)")
     p.add_argument("--jobs", type=cli.int_range(0), default=0, help="runs side by side (0: the machine's free cores)")
-    p.add_argument("--update-pages", action="store_true", help="write the tables into the pages between their markers")
+    p.add_argument("--update_pages", action="store_true", help="write the tables into the pages between their markers")
     p.add_argument("--json", default=None, help="also write every number to this file")
+    p.add_argument("--tables_from", default=None, help="no runs: the tables of an earlier --json file (e.g. to write "
+                   "them into the pages with --update_pages)")
     args = p.parse_args(argv)
     with cli.errors():
         cli.output_path(args.out, "--out", folder=True)
         os.makedirs(args.out, exist_ok=True)
         if args.update_pages and args.steps:
-            raise cli.UsageError("--update-pages writes the pages' tables: measure them with the miniature's own "
+            raise cli.UsageError("--update_pages writes the pages' tables: measure them with the miniature's own "
                                  "--steps (leave --steps out)")
+        if args.tables_from:
+            return from_json(args.tables_from, args.update_pages)
         info = machine(args.jobs)
         print(f"commit {info['commit']} | torch {info['torch']} | {info['cores']} cores, load {info['load_at_start']} "
               f"| 1 thread per run, {info['jobs']} run(s) side by side | seeds {args.seeds}"

@@ -76,6 +76,11 @@ def test_measure_tables_from_results(tmp_path, monkeypatch):
     assert "| 100 | 0.000 / 0.000 | 0.250 / 0.250 |" in t["ex6-curves"]
     assert "one run takes 15 – 15 CPU-seconds" in t["ex5-time"]
     page = tmp_path / "page.md"
-    page.write_text("a\n<!-- measure.py:ex5-table -->\nold\n<!-- /measure.py -->\nb\n")
+    page.write_text("a\n<!-- measure.py:preliminary -->\n<!-- /measure.py -->\nkept\n<!-- measure.py:ex5-table -->\n"
+                    "old\n<!-- /measure.py -->\n<!-- measure.py:ex5-seeds -->\n<!-- /measure.py -->\nb\n")
     monkeypatch.setattr(measure, "PAGES", {"page.md": str(page)})
-    assert measure.update_pages(t) == ["page.md"] and "| K=4 | 0.150" in page.read_text() and "old" not in page.read_text()
+    assert measure.update_pages(t) == ["page.md"]
+    text = page.read_text()
+    assert "| K=4 | 0.150" in text and "old" not in text and "kept" in text and "Per seed (0 / 1)" in text
+    assert "PRELIMINARY" in text  # 2 seeds: not the final tables
+    assert text.count("<!-- /measure.py -->") == 3 and measure.update_pages(t) == []  # the same again: no change
