@@ -18,8 +18,6 @@ the authors' (a claim marked ✗ means they need rewriting). Drivers' own output
 import argparse
 import contextlib
 import datetime
-import io
-import json
 import os
 import platform
 import re

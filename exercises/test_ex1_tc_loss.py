@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from exercises._check import Mistake, call, expect
 
