@@ -43,6 +43,7 @@ encoded so that they are not read by accident (exercises/handout.py wrote this f
 data.py call them, so that the exercises that train (5, 6, 7), the walkthrough and taco.py still
 run. Decoding them means skipping the exercise: write your own, the checks tell you when it is right."""
 import base64
+import sys
 import types
 import zlib
 
