@@ -1,4 +1,7 @@
 """What the checks share: call a student's function, and fail with a sentence about the mistake."""
+import inspect
+
+import torch
 
 
 class Mistake(AssertionError):
@@ -12,10 +15,29 @@ def expect(ok, message):
 
 
 def call(fn, *args, **kwargs):
-    """fn(*args, **kwargs), saying so plainly if the stub is still empty."""
+    """fn(*args, **kwargs), saying so plainly if the stub is still empty, or if it changed one of
+    its tensor arguments in place (the caller still needs them: the MLM head reads h, the data
+    loader reuses input_ids)."""
     __tracebackhide__ = True
     try:
-        return fn(*args, **kwargs)
+        named = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # a signature that differs from the stub's: let the call say why
+        named = {}
+    before = {k: v.detach().clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
+    try:
+        out = fn(*args, **kwargs)
     except NotImplementedError:
         raise Mistake(f"{fn.__module__}.{fn.__name__} is not written yet (it raises NotImplementedError): "
                       f"fill it in, following its page") from None
+    except RuntimeError as err:
+        if "in-place operation" not in str(err):
+            raise
+        raise Mistake(f"{fn.__name__} changed one of its inputs in place (an in-place operation such as `h -= e`, "
+                      f"`x[...] = ...` or `.add_()` on a tensor that requires grad; PyTorch refused it): the caller "
+                      f"still needs its inputs, so build new tensors (g = h - e)") from None
+    for name, old in before.items():
+        expect(torch.equal(named[name].detach(), old),
+               f"{fn.__name__} changed its argument `{name}` in place (an in-place operation such as `-=`, "
+               f"`[...] =` or `.add_()`): the caller still uses it, so build new tensors "
+               f"(x.clone() first, torch.where, or g = h - e rather than h -= e)")
+    return out

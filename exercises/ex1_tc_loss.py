@@ -20,6 +20,8 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
     1. g = h - e, the global part of each token (out of place); normalise it.
     2. positives: sample_positives(real, window, generator) -> (B, T) flat indices into B*T;
        negatives: sample_negatives(real, num_negatives, generator) -> (B, T, K).
+       (Call them by these names: the checks record what they return, then recompute Eq. 3-4
+       and its gradients token by token with your positives and negatives.)
     3. cosine of each anchor with its positive and its K negatives; the positive and the
        negatives are targets: detach them, only the anchor receives gradient.
     4. logits = cosines / temperature, positive first; cross-entropy with target 0 (Eq. 3-4).

@@ -13,8 +13,8 @@ def sample_positives(real, window, generator=None):
     uniformly from {-W//2, ..., -1, 1, ..., W//2} (W = window, odd). Where that offset leaves the
     sequence or lands on padding, any real token of the same sequence other than the anchor will do.
 
-    real: (B, T) bool, True = real token. Returns (B, T) long flat indices (anything where a
-    sequence has fewer than 2 real tokens).
+    real: (B, T) bool, True = real token. Returns (B, T) long flat indices. At padding slots, and
+    for a sequence with fewer than 2 real tokens, return anything (e.g. -1): it is never used.
     """
     raise NotImplementedError
 
@@ -23,6 +23,6 @@ def sample_negatives(real, num_negatives, generator=None):
     """K negatives per token: real tokens of the *other* sequences of the batch, drawn uniformly
     over those tokens, with replacement. Never padding, never the anchor's own sequence.
 
-    real: (B, T) bool. Returns (B, T, K) long flat indices.
+    real: (B, T) bool. Returns (B, T, K) long flat indices; at padding slots anything (never used).
     """
     raise NotImplementedError

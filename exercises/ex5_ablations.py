@@ -43,16 +43,16 @@ def direction(delta, tolerance):
     return "same" if abs(delta) <= tolerance else "higher" if delta > 0 else "lower"
 
 
-def run(settings, out, seed, steps, ft_pairs, predictions):
+def run(settings, out, seed, steps, ft_pairs, predictions, jobs=0):
     """Pre-train (and measure) every setting; -> {setting: {"ctx", "wordsim", "eval_mlm_loss", "finetuned",
-    "wall_s"}}, printed as a table next to the predictions."""
-    from exercises.miniature import finetune_score, pretrain, wordsim
+    "wall_s", "cpu_s"}}, printed as a table next to the predictions."""
+    from exercises.miniature import finetune_score, pretrain_all, wordsim
     results = {}
-    for name in settings:
-        run_dir, r = pretrain(out, SETTINGS[name], seed, steps)
+    done = pretrain_all(out, [(SETTINGS[name], seed) for name in settings], steps, jobs)
+    for name, (run_dir, r) in zip(settings, done):
         results[name] = {"ctx": r["ctx_score"], "wordsim": wordsim(run_dir), "eval_mlm_loss": r["eval_mlm_loss"],
                          "finetuned": finetune_score(run_dir, train_pairs=ft_pairs) if ft_pairs else None,
-                         "wall_s": r["wall_s"]}
+                         "wall_s": r["wall_s"], "cpu_s": r.get("cpu_s"), "run": run_dir}
         x = results[name]
         print(f"{name}: contextual score {x['ctx']:.3f}, wordsim {x['wordsim']:.3f}, held-out MLM loss "
               f"{x['eval_mlm_loss']:.3f}" + (f", fine-tuned {100 * x['finetuned']:.1f}" if ft_pairs else "")
@@ -85,7 +85,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     with cli.errors():
         names = choose(args.settings, SETTINGS, "setting")
-        results = run(names, args.out, args.seed, args.steps, args.ft_pairs, PREDICTIONS)
+        results = run(names, args.out, args.seed, args.steps, args.ft_pairs, PREDICTIONS, args.jobs)
     if args.json:
         runs.write_json(args.json, results)
     return results

@@ -39,16 +39,18 @@ def curve(run_dir, key):
 def main(argv=None, functions=None):
     import cli
     import runs
-    from exercises.miniature import driver_args, finetune_score, pretrain, wordsim
+    from exercises.miniature import driver_args, finetune_score, pretrain_all, wordsim
     p = driver_args("Exercise 6: the MLM vs TACO miniature.")
     p.add_argument("--pictures", default="runs/ex6", help="folder for curves.png and cosine.png")
     args = p.parse_args(argv)
     fns = functions or sys.modules[__name__]
     results = {}
     with cli.errors():
-        for name, flags in (("mlm", ["--objective", "mlm"]), ("taco", [])):
-            run_dir, r = pretrain(args.out, flags, args.seed, args.steps)
+        variants = {"mlm": ["--objective", "mlm"], "taco": []}
+        done = pretrain_all(args.out, [(flags, args.seed) for flags in variants.values()], args.steps, args.jobs)
+        for name, (run_dir, r) in zip(variants, done):
             results[name] = {"ctx": r["ctx_score"], "eval_mlm_loss": r["eval_mlm_loss"], "wall_s": r["wall_s"],
+                             "cpu_s": r.get("cpu_s"),
                              "wordsim": wordsim(run_dir),
                              "finetuned": finetune_score(run_dir, train_pairs=args.ft_pairs) if args.ft_pairs else None,
                              "ctx_curve": curve(run_dir, "ctx_score"), "mlm_curve": curve(run_dir, "eval_mlm_loss"),
@@ -75,7 +77,7 @@ def main(argv=None, functions=None):
         run_dirs = [r["run"] for r in results.values()]
         os.makedirs(args.pictures, exist_ok=True)
         pictures.curves(run_dirs, os.path.join(args.pictures, "curves.png"))
-        pictures.cosine(run_dirs, os.path.join(args.pictures, "cosine.png"))
+        pictures.cosine(run_dirs, os.path.join(args.pictures, "cosine.png"), part="g")  # g = h - e: what TC aligns
     except cli.UsageError as err:
         print(f"note: no pictures ({err})")
     if args.json:

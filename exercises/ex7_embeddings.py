@@ -46,19 +46,19 @@ VARIANTS = {  # name -> taco.py flags (the objective is taco unless given)
 def main(argv=None):
     import cli
     import runs
-    from exercises.miniature import choose, driver_args, finetune_score, pretrain, wordsim
+    from exercises.miniature import choose, driver_args, finetune_score, pretrain_all, wordsim
     p = driver_args("Exercise 7: frozen and untied embeddings, MLM vs TACO.")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
     args = p.parse_args(argv)
     results = {}
     with cli.errors():
         names = choose(args.variants, VARIANTS, "variant")
+        done = pretrain_all(args.out, [(VARIANTS[name], args.seed) for name in names], args.steps, args.jobs)
         print("| variant | ctx score | held-out MLM loss | wordsim ρ | fine-tuned | pre-training s |\n|---|---|---|---|---|---|")
-        for name in names:
-            run_dir, r = pretrain(args.out, VARIANTS[name], args.seed, args.steps)
+        for name, (run_dir, r) in zip(names, done):
             ft = finetune_score(run_dir, train_pairs=args.ft_pairs) if args.ft_pairs else None
             results[name] = {"ctx": r["ctx_score"], "eval_mlm_loss": r["eval_mlm_loss"], "wordsim": wordsim(run_dir),
-                             "finetuned": ft, "wall_s": r["wall_s"]}
+                             "finetuned": ft, "wall_s": r["wall_s"], "cpu_s": r.get("cpu_s"), "run": run_dir}
             x = results[name]
             print(f"| {name} | {x['ctx']:.3f} | {x['eval_mlm_loss']:.3f} | {x['wordsim']:.3f} | "
                   f"{'–' if ft is None else f'{100 * ft:.1f}'} | {x['wall_s']:.0f} |", flush=True)

@@ -1,18 +1,26 @@
 """Small pre-training runs for the exercises that train (5, 6, 7) and for the walkthrough: the
 tiny BERT (2 layers, 128 wide) on the offline toy corpus, 16 blocks of 64 tokens a step, 300
-steps at a high learning rate: about half a minute a run on a laptop CPU.
+steps at a high learning rate: about 15 CPU-seconds a run with one thread.
 
-    from exercises.miniature import pretrain, wordsim
-    run_dir, result = pretrain("runs/mini", ["--window", "15"], seed=0)   # -> ctx_score, eval_mlm_loss, wall_s, ...
+    from exercises.miniature import pretrain, pretrain_all, wordsim
+    run_dir, result = pretrain("runs/mini", ["--window", "15"], seed=0)   # -> ctx_score, eval_mlm_loss, wall_s, cpu_s, ...
+    done = pretrain_all("runs/mini", [([], 0), (["--objective", "mlm"], 0)])  # side by side, one thread each
     rho = wordsim(run_dir)                                              # word similarity of the input embeddings
 
+Every run uses ONE thread: on a small model PyTorch's default (all cores, in every process)
+makes the runs slower on a busy machine, not faster, and its numbers depend on the thread count.
+Several runs go side by side instead, one process each, as many as the machine has free cores
+(pretrain_all, the drivers' --jobs). A run's numbers are the same whichever way it ran.
+
 Runs are named by their flags and seed (runs/mini/taco-seed0, runs/mini/objective_mlm-seed0, ...)
-and a finished run with the same settings is reused, so exercises 5, 6 and 7 share their MLM and
-TACO runs.
+and a finished run with the same settings is reused, so exercises 5, 6 and 7 and the walkthrough
+share their MLM and TACO runs.
 """
 import argparse
+import concurrent.futures
 import contextlib
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -24,6 +32,7 @@ if ROOT not in sys.path:  # run as `python exercises/ex5_ablations.py`: the repo
 import torch  # noqa: E402
 
 import cli  # noqa: E402
+import runs  # noqa: E402
 import finetune  # noqa: E402
 import taco  # noqa: E402
 from data import load_tokenizer  # noqa: E402
@@ -35,43 +44,112 @@ MINI = {"size": "tiny", "data": "toy", "steps": 300, "warmup": 30, "batch_size":
         "eval_blocks": 32, "eval_every": 50, "save_every": 100_000, "log_every": 10, "keep_last": 1}
 
 
-def run_name(flags, seed):
-    return ("_".join(f.lstrip("-") for f in flags) or "taco") + f"-seed{seed}"
+def run_name(flags, seed, steps=None):
+    steps = "" if steps in (None, MINI["steps"]) else f"-steps{steps}"
+    return ("_".join(f.lstrip("-") for f in flags) or "taco") + f"-seed{seed}" + steps
 
 
-def pretrain(root, flags=(), seed=0, steps=None, quiet=True):
-    """taco.py with the MINI settings plus `flags` (e.g. ["--objective", "mlm"]) into root/<name>;
-    -> (run directory, its final evaluation: eval_mlm_loss, eval_mlm_acc, ctx_* and wall_s)."""
+@contextlib.contextmanager
+def threads(n):
+    """torch uses n threads inside the block (then what it used before)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def finished(root, flags=(), seed=0, steps=None):
+    """(run directory, its result) if that run is already done with these very settings, else (run directory, None)."""
+    out, argv = _settings(root, flags, seed, steps)
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        with open(os.path.join(out, "miniature.json")) as f:
+            previous = json.load(f)
+        want = {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}
+        if previous["args"] == json.loads(json.dumps(want)):
+            return out, {**previous["result"], "reused": True}
+    return out, None
+
+
+def _settings(root, flags, seed, steps):
     settings = {**MINI, "seed": seed}
     if steps:  # the warm-up keeps its tenth
         settings.update(steps=steps, warmup=steps // 10)
-    out = os.path.join(root, run_name(flags, seed) + (f"-steps{steps}" if steps else ""))
-    argv = [f"--{k}={v}" for k, v in settings.items()] + list(flags) + ["--out", out, "--force"]
-    args = taco.get_args(argv)
+    out = os.path.join(root, run_name(flags, seed, steps))
+    return out, [f"--{k}={v}" for k, v in settings.items()] + list(flags) + ["--out", out, "--force"]
+
+
+def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
+    """taco.py with the MINI settings plus `flags` (e.g. ["--objective", "mlm"]) into root/<name>,
+    with `n_threads` threads; -> (run directory, its final evaluation: eval_mlm_loss, eval_mlm_acc,
+    ctx_*, wall_s and cpu_s, the run's own seconds; "reused": True if it was done before)."""
+    out, argv = _settings(root, flags, seed, steps)
     taco.check_args(taco.get_args(argv), 1)  # a user mistake (cli.UsageError) surfaces before the quiet part
-    done = os.path.join(out, "miniature.json")
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        with open(done) as f:
-            previous = json.load(f)
-        want = {k: v for k, v in vars(args).items() if k not in taco.RESUMABLE}
-        if previous["args"] == json.loads(json.dumps(want)):
-            return out, {**previous["result"], "reused": True}
+    out, done = finished(root, flags, seed, steps)
+    if done:
+        return out, done
     for name in os.listdir(out) if os.path.isdir(out) else []:  # results of an older run there
         if name == "miniature.json" or name.startswith("finetune-"):
             os.remove(os.path.join(out, name))
-    t0 = time.time()
-    with open(os.devnull, "w") as null, contextlib.ExitStack() as hush:
+    t0, c0 = time.time(), time.process_time()
+    with open(os.devnull, "w") as null, contextlib.ExitStack() as hush, threads(n_threads):
         if quiet:  # taco.py's progress bar and summary line
             hush.enter_context(contextlib.redirect_stderr(null))
             hush.enter_context(contextlib.redirect_stdout(null))
-        taco.train(args, hush)  # hush also releases what the run holds (its lock on --out)
+        taco.train(taco.get_args(argv), hush)  # hush also releases what the run holds (its lock on --out)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         last = [json.loads(line) for line in f if "ctx_score" in line][-1]
-    result = {**{k: v for k, v in last.items() if k.startswith(("eval_", "ctx_"))}, "wall_s": time.time() - t0}
-    with open(done, "w") as f:
-        json.dump({"args": {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE},
-                   "result": result}, f)
+    result = {**{k: v for k, v in last.items() if k.startswith(("eval_", "ctx_"))},
+              "wall_s": time.time() - t0, "cpu_s": time.process_time() - c0, "threads": n_threads}
+    runs.write_json(os.path.join(out, "miniature.json"), {
+        "args": {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}, "result": result})
     return out, result
+
+
+def free_cores():
+    """Cores this process may use, less the machine's current load (1-minute average); at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return max(1, min(cores, round(cores - load)))
+
+
+def _one_thread():  # each worker process of pretrain_all, at its start
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+
+
+def pretrain_all(root, runs, steps=None, jobs=0, log=print):
+    """Pre-train every (flags, seed) of `runs` into root, reusing finished ones; the others side by
+    side in `jobs` processes of one thread each (0: as many as free_cores()). -> [(run dir, result)]
+    in the order of `runs`. Every run checks its flags first: a mistake stops all before any work."""
+    for flags, seed in runs:
+        taco.check_args(taco.get_args(_settings(root, flags, seed, steps)[1]), 1)
+    results = {i: finished(root, flags, seed, steps) for i, (flags, seed) in enumerate(runs)}
+    todo = [i for i, (_, r) in results.items() if r is None]
+    jobs = min(jobs or free_cores(), len(todo)) if todo else 0
+    if todo:
+        log(f"pre-training {len(todo)} miniature run(s) of {len(runs)} ({len(runs) - len(todo)} reused), "
+            f"{jobs} side by side, 1 thread each ...")
+    if jobs == 1:  # no pool: the same run in this process
+        for i in todo:
+            results[i] = pretrain(root, *runs[i], steps)
+            log(f"  {os.path.basename(results[i][0])}: {results[i][1]['wall_s']:.0f} s")
+    elif jobs > 1:
+        spawn = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: safe with torch's threads
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_one_thread) as pool:
+            futures = {pool.submit(pretrain, root, *runs[i], steps): i for i in todo}
+            for future in concurrent.futures.as_completed(futures):
+                i = futures[future]
+                results[i] = future.result()
+                log(f"  {os.path.basename(results[i][0])}: {results[i][1]['wall_s']:.0f} s")
+    return [results[i] for i in range(len(runs))]
 
 
 def finetune_score(run, seed=1, train_pairs=1000, epochs=2, max_len=64, dev_pairs=None):
@@ -96,7 +174,7 @@ def finetune_score(run, seed=1, train_pairs=1000, epochs=2, max_len=64, dev_pair
     for split, n in (("train", train_pairs), ("dev", dev_pairs)):  # cut first, then tokenise
         pairs = finetune.load_split(task, split, glue)
         data[split] = finetune.encode(tok, {k: v[:n] if v is not None else None for k, v in pairs.items()}, max_len)
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null), threads(1):
         record, _ = finetune.run_one(task, data, config, weights, args, 5e-4, 32, epochs, seed)
     with open(cached, "w") as f:
         json.dump(record["metrics"], f)
@@ -110,7 +188,8 @@ def wordsim(run_dir):
     import analyze
     encoder, tok, _, _ = analyze.load_encoder(run_dir)
     pairs = analyze.read_pairs(os.path.join(toy_corpus(), "wordsim.txt"))
-    return analyze.word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["spearman"]
+    with threads(1):
+        return analyze.word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["spearman"]
 
 
 # ----------------------------------------------------------------------------- what the drivers of exercises 5-7 share
@@ -125,6 +204,8 @@ def driver_args(description):
     p.add_argument("--out", default="runs/mini", help="where the runs go, one directory per run and seed "
                    "(finished ones are reused)")
     p.add_argument("--json", default=None, help="also write the results to this file")
+    p.add_argument("--jobs", type=int, default=0, help="runs side by side, one thread each (0: as many as the "
+                   "machine has free cores, from its load average)")
     return p
 
 

@@ -1,6 +1,10 @@
 """Checks of exercise 2 (the samplers), by properties and distributions: a correct sampler
 passes whatever order it draws its random numbers in. The statistical checks use thresholds
-a correct sampler exceeds with probability below 1e-6 (fixed seeds: no flaky runs)."""
+a correct sampler exceeds with probability below 1e-6 (fixed seeds: no flaky runs).
+
+The batches have padding on the right of some sequences and on the LEFT of others, and a
+sequence with a single real token (never an anchor, still a negative for the others). What a
+sampler returns at padding slots (and for a lone token's positive) is never used: any value passes."""
 import math
 
 import pytest
@@ -11,8 +15,12 @@ from exercises._check import call, expect
 EXERCISE = "ex2_samplers"
 
 
-def padded(lengths, T):
-    return torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
+def padded(lengths, T, left=()):
+    """(B, T) bool, True = real: sequence b has lengths[b] real tokens, at its end if b is in `left`."""
+    t = torch.arange(T)[None, :]
+    n = torch.tensor(lengths)[:, None]
+    is_left = torch.tensor([b in left for b in range(len(lengths))])[:, None]
+    return torch.where(is_left, t >= T - n, t < n)
 
 
 def chi2_ok(counts, expected):
@@ -23,8 +31,12 @@ def chi2_ok(counts, expected):
     return stat < df + 8 * math.sqrt(2 * df), stat
 
 
+def where(p, T):
+    return f"flat index {p} (sequence {p // T}, token {p % T})"
+
+
 def check_shapes(impl):
-    real = padded([12, 9, 5], 12)
+    real = padded([12, 9, 5], 12, left=(1,))
     pos = call(impl.sample_positives, real, 5, torch.Generator().manual_seed(0))
     neg = call(impl.sample_negatives, real, 7, torch.Generator().manual_seed(0))
     for name, x, shape in (("sample_positives", pos, (3, 12)), ("sample_negatives", neg, (3, 12, 7))):
@@ -32,22 +44,31 @@ def check_shapes(impl):
                f"{name} must return a tensor of shape {shape} (B, T{', K' if len(shape) == 3 else ''}); "
                f"got {getattr(x, 'shape', type(x).__name__)}")
         expect(not x.is_floating_point() and x.dtype != torch.bool, f"{name} must return integer indices, got {x.dtype}")
-        expect(bool(((x >= 0) & (x < 36)).all()),
-               f"{name} returned an index outside 0..B*T-1 = 0..35: indices are flat, b * T + t")
+        used = x[real]  # what padding slots hold is never used: any value there is fine
+        expect(bool(((used >= 0) & (used < 36)).all()),
+               f"{name} returned an index outside 0..B*T-1 = 0..35 for a real token: indices are flat, b * T + t "
+               f"(padding slots may hold anything)")
 
 
 def check_positive_is_another_real_token_of_the_sequence(impl):
-    lengths, T = [16, 11, 6, 2], 16
-    real = padded(lengths, T)
+    lengths, T, left = [16, 11, 6, 2, 1], 16, (1, 3)
+    real = padded(lengths, T, left)
     for seed in range(5):
         pos = call(impl.sample_positives, real, 5, torch.Generator().manual_seed(seed))
         for b, n in enumerate(lengths):
-            for t in range(n):
+            if n < 2:  # a lone token has no positive: anything goes
+                continue
+            for t in real[b].nonzero().flatten().tolist():
                 p = int(pos[b, t])
-                where = f"the positive of token {t} of sequence {b} is flat index {p} (sequence {p // T}, token {p % T})"
-                expect(p // T == b, f"{where}: another sequence; positives come from the anchor's own sequence")
-                expect(p % T < n, f"{where}: padding (sequence {b} has {n} real tokens); positives are real tokens")
-                expect(p != b * T + t, f"{where}: the anchor itself; a positive is another token")
+                what = f"the positive of token {t} of sequence {b} is {where(p, T)}"
+                side = "left" if b in left else "right"
+                expect(p // T == b, f"{what}: another sequence; positives come from the anchor's own sequence"
+                       + (" (indices are flat: b * T + t; did you forget the b * T?)" if p // T == 0 else ""))
+                expect(bool(real[b, p % T]), f"{what}: padding (sequence {b} has {n} real tokens, padded on the "
+                                             f"{side}); positives are real tokens: check where the offset lands, "
+                                             f"and pick the fallback among the real tokens")
+                expect(p != b * T + t, f"{what}: the anchor itself; a positive is another token (offset 0 is not "
+                                       f"allowed, also not at the sequence's edges)")
 
 
 def check_window_offsets_uniform(impl, window=5):
@@ -56,7 +77,8 @@ def check_window_offsets_uniform(impl, window=5):
     real = torch.ones(B, T, dtype=torch.bool)
     pos = call(impl.sample_positives, real, window, torch.Generator().manual_seed(1))
     t = torch.arange(T)
-    offset = (pos - (torch.arange(B)[:, None] * T + t))[:, w:T - w].flatten()  # inner anchors only
+    inner = (pos - (torch.arange(B)[:, None] * T + t))[:, w:T - w]  # inner anchors only, (B, T - 2w)
+    offset = inner.flatten()
     values, counts = offset.unique(return_counts=True)
     usual = int(values[counts >= 0.005 * len(offset)].abs().max())  # ignores a rare far fallback
     expect(usual <= w, f"the window reaches {usual} positions away; W={window} allows {w} (W//2 either side)")
@@ -64,44 +86,67 @@ def check_window_offsets_uniform(impl, window=5):
     expect(beyond == 0, f"{beyond} tokens away from the edges got a positive outside the window (up to "
                         f"{int(offset.abs().max())} positions away); W={window} allows {w}")
     expect(bool((offset != 0).all()), "a positive is the anchor itself (offset 0); offsets are +-1..+-W//2")
+    expect(not bool((inner == inner[:, :1]).all()), "every token of a sequence got the same offset: draw one "
+                                                    "offset per token, not one per sequence")
     slots = [d for d in range(-w, w + 1) if d != 0]
     counts = torch.stack([(offset == d).sum() for d in slots])
+    missing = [d for d, c in zip(slots, counts.tolist()) if c == 0]
+    expect(not missing, f"with W={window} the offsets {slots} should be equally likely, but {missing} never "
+                        f"occurred (counts {counts.tolist()}): draw on both sides of the anchor, from 1 to W//2")
     ok, stat = chi2_ok(counts, torch.full((len(slots),), len(offset) / len(slots)))
     expect(ok, f"with W={window} the offsets {slots} should be equally likely; one call gave counts "
-               f"{counts.tolist()} (chi-square {stat:.0f})" + (": is offset +1 or -1 missing?" if counts.min() == 0 else ""))
+               f"{counts.tolist()} (chi-square {stat:.0f})")
 
 
 def check_negatives_from_other_sequences_never_padding(impl):
-    lengths, T = [16, 11, 6, 3], 16
-    real = padded(lengths, T)
-    neg = call(impl.sample_negatives, real, 40, torch.Generator().manual_seed(2))
-    for b, n in enumerate(lengths):
-        src = neg[b, :n]
-        own = int((src // T == b).sum())
-        expect(own == 0, f"{own} negatives of sequence {b} come from sequence {b} itself; negatives come from the "
-                         f"*other* sequences of the batch")
-        pad = int((~real.flatten()[src]).sum())
-        expect(pad == 0, f"{pad} negatives of sequence {b} are padding; draw only real tokens")
+    """Every negative of every real anchor, over three seeds: from another sequence, a real token."""
+    lengths, T, left = [16, 11, 6, 3, 1], 16, (1, 3)
+    real = padded(lengths, T, left)
+    for seed in range(3):
+        neg = call(impl.sample_negatives, real, 40, torch.Generator().manual_seed(seed))
+        for b, n in enumerate(lengths):
+            src = neg[b][real[b]].flatten()  # the negatives of sequence b's real tokens
+            expect(bool(((src >= 0) & (src < len(lengths) * T)).all()),
+                   f"a negative of sequence {b} is outside 0..{len(lengths) * T - 1}: indices are flat, b * T + t")
+            own = int((src // T == b).sum())
+            expect(own == 0, f"{own} of the {len(src)} negatives of sequence {b} come from sequence {b} itself; "
+                             f"negatives come from the *other* sequences of the batch (even one such draw is a bug: "
+                             f"look at how your own sequence's tokens are skipped)")
+            pad = src[~real.flatten()[src]].tolist()
+            expect(not pad, f"{len(pad)} negatives of sequence {b} are padding (e.g. {where(pad[0], T) if pad else ''}; "
+                            f"sequences {list(left)} are padded on the left); draw only real tokens")
 
 
 def check_negatives_uniform_over_tokens(impl):
-    """Sequences of very different lengths: tokens (not sequences) are equally likely."""
-    lengths, T, K = [32, 16, 8, 4], 32, 500
-    real = padded(lengths, T)
+    """Sequences of very different lengths (one of a single token, one padded on the left): every
+    real token of the other sequences is equally likely, and each anchor draws its own K."""
+    lengths, T, K, left = [32, 16, 8, 4, 1], 32, 500, (1,)
+    real = padded(lengths, T, left)
     neg = call(impl.sample_negatives, real, K, torch.Generator().manual_seed(3))
-    b = 3  # anchors of the shortest sequence: its negatives come from 56 tokens of 3 sequences
-    draws = neg[b, :lengths[b]].flatten()
+    b = 3  # anchors of a short sequence: their negatives come from 57 tokens of 4 sequences
+    mine = neg[b][real[b]]  # (4, K)
+    expect(not bool((mine == mine[:1]).all()), f"every token of sequence {b} drew the same {K} negatives: draw "
+                                               f"them independently for each anchor")
+    draws = mine.flatten()
     others = [c for c in range(len(lengths)) if c != b]
     n_other = sum(lengths[c] for c in others)
+    tokens = torch.cat([c * T + real[c].nonzero().flatten() for c in others])
+    counts = torch.stack([(draws == i).sum() for i in tokens])
+    never = tokens[counts == 0].tolist()  # each is expected ~35 times: never drawn means never drawable
+    expect(not never, f"{len(never)} real token(s) of the other sequences were never drawn in {len(draws)} draws "
+                      f"(e.g. {where(never[0], T) if never else ''}; each was expected about "
+                      f"{len(draws) // len(tokens)} times): is your range one short, or a sequence left out?"
+                      + (" (a sequence with one real token is no anchor, but its token is a negative like any other)"
+                         if any(lengths[p // T] == 1 for p in never) else ""))
     share = {c: (draws // T == c).double().mean().item() for c in others}
     for c in others:
         want = lengths[c] / n_other
-        expect(abs(share[c] - want) < 0.05,
-               f"negatives of sequence {b} come from sequence {c} in {100 * share[c]:.0f}% of draws, expected "
-               f"{100 * want:.0f}% (it holds {lengths[c]} of the {n_other} real tokens of the other sequences): "
-               f"draw uniformly over tokens, not over sequences")
-    tokens = torch.cat([c * T + torch.arange(lengths[c]) for c in others])
-    counts = torch.stack([(draws == i).sum() for i in tokens])
+        expect(abs(share[c] - want) < 0.05 and (share[c] > 0) == (want > 0),
+               f"negatives of sequence {b} come from sequence {c} in {100 * share[c]:.1f}% of draws, expected "
+               f"{100 * want:.1f}% (it holds {lengths[c]} of the {n_other} real tokens of the other sequences): "
+               f"draw uniformly over tokens, not over sequences" + (" (a sequence with one real token is no anchor, "
+                                                                    "but its token is a negative like any other)"
+                                                                    if lengths[c] == 1 else ""))
     ok, stat = chi2_ok(counts, torch.full((len(tokens),), len(draws) / len(tokens)))
     expect(ok, f"negatives are not uniform over the other sequences' real tokens (chi-square {stat:.0f} over "
                f"{len(tokens)} tokens; least drawn {int(counts.min())}, most {int(counts.max())} times)")

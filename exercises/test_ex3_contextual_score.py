@@ -1,5 +1,7 @@
 """Checks of exercise 3 (the contextual score): hand-made states with known answers, and an
 independent reference (the full cosine matrix with a pair mask)."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,9 +26,12 @@ def by_matrix(h, real):
 
 
 def small_batch(seed):
+    """4 sequences of 6, 4, 3 and 1 real tokens (the second padded on the LEFT, the last one alone:
+    it has no intra pair but is in inter pairs); padding far off, so counting it shows."""
     gen = torch.Generator().manual_seed(seed)
-    h = torch.randn(3, 6, 4, generator=gen) + torch.randn(3, 1, 4, generator=gen)  # a shared part per sequence
-    real = torch.arange(6)[None, :] < torch.tensor([[6], [4], [3]])
+    h = torch.randn(4, 6, 4, generator=gen) + torch.randn(4, 1, 4, generator=gen)  # a shared part per sequence
+    t = torch.arange(6)[None, :]
+    real = torch.cat([t < 6, t >= 2, t < 3, t < 1])
     h[~real] = 100 * torch.randn(int((~real).sum()), 4, generator=gen)  # padding: far off
     return h, real
 
@@ -42,11 +47,61 @@ def check_known_values(impl, name):
     expect(isinstance(got, dict) and {"intra", "inter", "score"} <= got.keys(),
            f"{name} must return a dict with intra, inter and score, got {got!r}")
     expect(close(got, {"intra": 1.0, "inter": 1.0, "score": 0.0}),
-           f"{name}: when every token has the same vector, every cosine is 1: intra = inter = 1, score 0; got {got}")
+           f"{name}: when every token has the same vector, every cosine is 1: intra = inter = 1, score 0; got {got}"
+           + (" Cosines, not dot products: normalise the states first." if abs(float(got["intra"]) - 3) < 1e-5 else ""))
     h = torch.eye(3)[:, None, :].repeat(1, 4, 1)  # sequence b: 4 copies of e_b
     got = call(fn, h, torch.ones(3, 4, dtype=torch.bool))
     expect(close(got, {"intra": 1.0, "inter": 0.0, "score": 1.0}),
-           f"{name}: with orthogonal sequences (each of 4 equal tokens) intra = 1, inter = 0, score 1; got {got}")
+           f"{name}: with orthogonal sequences (each of 4 equal tokens) intra = 1, inter = 0, score 1; got {got}"
+           + (" The score is intra - inter, not inter - intra." if abs(float(got["score"]) + 1) < 1e-5 else ""))
+
+
+def diagnose(got, h, real):
+    """What a wrong (intra, inter) on small_batch most likely means."""
+    z = F.normalize(h.double(), dim=-1) * real[..., None]
+    n = real.sum(1).double()
+    per_seq = z.sum(1)  # (B, H)
+    pairs = per_seq.pow(2).sum(1) - n  # intra sums per sequence
+    with_self = (per_seq.pow(2).sum(1).sum() / (n ** 2).sum()).item()
+    has_pairs = n >= 2
+    mean_of_means = (pairs[has_pairs] / (n * (n - 1))[has_pairs]).mean().item()
+    every_pair = by_matrix(h, real)
+    N = n.sum()
+    all_pairs = ((per_seq.sum(0).pow(2).sum() - N) / (N * (N - 1))).item()
+    intra, inter = float(got["intra"]), float(got["inter"])
+    T = real.shape[1]
+    right = torch.arange(T)[None, :] < real.sum(1, keepdim=True)  # the first n_b positions of each sequence
+    by_count = {k: float(v) for k, v in zip(("intra", "inter"), counted_with_padding(z, n, T))}
+    if abs(intra - every_pair["intra"]) < 1e-5 and abs(inter - every_pair["inter"]) < 1e-5:
+        return " intra and inter are right, the score is not: score = intra - inter."
+    if abs(intra - with_self) < 1e-5:
+        return " Your intra includes each token paired with itself (cosine 1): exclude a == b."
+    if close(got, by_matrix(h, torch.ones_like(real))):
+        return " Padding is counted: use only real tokens."
+    if abs(intra - mean_of_means) < 1e-5:
+        return (" Your intra is the mean of each sequence's mean: pool the pairs of all sequences instead (a "
+                "sequence with n tokens has n(n-1) pairs, so long sequences weigh more).")
+    if abs(inter - all_pairs) < 1e-5:
+        return " Your inter is the mean over all pairs, intra pairs included: inter pairs are all pairs minus intra pairs."
+    if close(got, by_matrix(h, right)):
+        return (" You took each sequence's first n_b positions as its real tokens, but sequence 1 is padded on the "
+                "left: select the real tokens with the mask.")
+    if abs(intra - by_count["intra"]) < 1e-5 and abs(inter - by_count["inter"]) < 1e-5:
+        return " Your pair counts include the padding (n = T per sequence): count the real tokens only."
+    if abs(intra - every_pair["intra"]) < 1e-5:
+        return (" Your intra is right, inter is not: every pair of real tokens of two different sequences counts "
+                "(N^2 - sum of n_b^2 ordered pairs).")
+    return ""
+
+
+def counted_with_padding(z, n, T):
+    """(intra, inter) with the padding's vectors zeroed but counted: n = T for every sequence."""
+    per_seq = z.sum(1)
+    pairs = per_seq.pow(2).sum(1) - n
+    B = len(n)
+    intra = pairs.sum() / (B * T * (T - 1))
+    inter = (per_seq.sum(0).pow(2).sum() - n.sum() - pairs.sum()) / ((B * T) ** 2 - B * T * T)
+    return intra, inter
 
 
 def check_matches_the_pairs(impl, name):
@@ -54,18 +109,14 @@ def check_matches_the_pairs(impl, name):
     for seed in range(3):
         h, real = small_batch(seed)
         got, want = call(fn, h, real), by_matrix(h, real)
+        expect(all(math.isfinite(float(got[k])) for k in ("intra", "inter", "score")),
+               f"{name}: your result has a nan or inf ({got}) on a batch where one sequence has a single real token: "
+               f"it has no intra pair (0 of them), which must not divide by zero")
         if close(got, want):
             continue
-        z = F.normalize(h.double(), dim=-1)
-        n = real.sum(1).double()
-        with_self = ((z * real[..., None]).sum(1).pow(2).sum(1).sum() / (n ** 2).sum()).item()
-        with_pad = by_matrix(h, torch.ones_like(real))
-        hint = (" Your intra includes each token paired with itself (cosine 1): exclude a == b."
-                if abs(float(got["intra"]) - with_self) < 1e-5 else
-                " Padding is counted: use only real tokens." if close(got, with_pad) else "")
-        expect(False, f"{name}: on random states (batch of 3 sequences with 6, 4 and 3 real tokens) the pairs give "
-                      f"intra {want['intra']:.5f}, inter {want['inter']:.5f}; yours: intra {float(got['intra']):.5f}, "
-                      f"inter {float(got['inter']):.5f}.{hint}")
+        expect(False, f"{name}: on random states (batch of 4 sequences with 6, 4, 3 and 1 real tokens, the second "
+                      f"padded on the left) the pairs give intra {want['intra']:.5f}, inter {want['inter']:.5f}; yours: "
+                      f"intra {float(got['intra']):.5f}, inter {float(got['inter']):.5f}.{diagnose(got, h, real)}")
 
 
 def check_closed_form_at_scale(impl):

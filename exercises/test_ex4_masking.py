@@ -9,30 +9,42 @@ import torch
 from exercises._check import call, expect
 
 EXERCISE = "ex4_masking"
-TOK = SimpleNamespace(vocab_size=60, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4, special_ids=[0, 1, 2, 3, 4])
-NORMAL = 60 - 5
+# Two tokenizers: specials first (as taco's), and specials scattered through the id range, [MASK]
+# not 4, the last id special: a solution that assumes "ids 0-4 are special" shows on the second.
+TOK = SimpleNamespace(vocab_size=60, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4, special_ids=[0, 1, 2, 3, 4],
+                      name="the tokenizer with special ids 0-4")
+SCATTERED = SimpleNamespace(vocab_size=60, pad_id=13, unk_id=27, cls_id=41, sep_id=59, mask_id=6,
+                            special_ids=[6, 13, 27, 41, 59],
+                            name="a tokenizer whose special ids are 6, 13, 27, 41, 59 ([MASK] = 6, not 0-4)")
+TOKENIZERS = (TOK, SCATTERED)
 
 
-def batch(B=200, T=512, seed=0):
-    """[CLS] words [SEP] [PAD]...: lengths vary, so padding is plentiful."""
+def normal_ids(tok):
+    return torch.tensor([i for i in range(tok.vocab_size) if i not in tok.special_ids])
+
+
+def batch(tok=TOK, B=200, T=512, seed=0):
+    """[CLS] words [SEP] [PAD]...: lengths vary, so padding is plentiful. The words follow a Zipf
+    law over the non-special ids (frequent and rare words, as in text): a replacement drawn from
+    the batch's own tokens is then not uniform over the vocabulary."""
     gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 60, (B, T), generator=gen)
+    words = normal_ids(tok)
+    zipf = 1 / torch.arange(1, len(words) + 1, dtype=torch.double)
+    ids = words[torch.multinomial(zipf, B * T, replacement=True, generator=gen)].reshape(B, T)
     lengths = torch.randint(T // 2, T + 1, (B, 1), generator=gen)
     t = torch.arange(T)[None, :]
-    ids[:, 0] = TOK.cls_id
-    ids = torch.where(t == lengths - 1, TOK.sep_id, ids)
-    return torch.where(t >= lengths, TOK.pad_id, ids)
+    ids[:, 0] = tok.cls_id
+    ids = torch.where(t == lengths - 1, tok.sep_id, ids)
+    return torch.where(t >= lengths, tok.pad_id, ids)
 
 
 def near(p_hat, p, n):
     return abs(p_hat - p) <= 6 * math.sqrt(p * (1 - p) / n) + 1e-9
 
 
-def masked(impl, p=0.15, seed=0):
-    ids = batch()
-    before = ids.clone()
-    inputs, labels = call(impl.mask_tokens, ids, TOK, p, torch.Generator().manual_seed(seed))
-    expect(torch.equal(ids, before), "input_ids was modified in place: return new tensors")
+def masked(impl, p=0.15, seed=0, tok=TOK):
+    ids = batch(tok)
+    inputs, labels = call(impl.mask_tokens, ids, tok, p, torch.Generator().manual_seed(seed))
     expect(inputs.shape == ids.shape and labels.shape == ids.shape,
            f"inputs and labels must have the shape of input_ids {tuple(ids.shape)}, got {tuple(inputs.shape)}, "
            f"{tuple(labels.shape)}")
@@ -40,14 +52,17 @@ def masked(impl, p=0.15, seed=0):
 
 
 def check_labels_and_untouched_tokens(impl):
-    ids, inputs, labels = masked(impl)
-    chosen = labels != -100
-    expect(bool((labels[chosen] == ids[chosen]).all()), "where a label is set it must be the original token id")
-    expect(bool((inputs[~chosen] == ids[~chosen]).all()),
-           "a token that is not chosen (label -100) was changed in inputs: only chosen tokens may change")
-    special = torch.isin(ids, torch.tensor(TOK.special_ids))
-    n = int((chosen & special).sum())
-    expect(n == 0, f"{n} special tokens ([CLS], [SEP] or [PAD]) were chosen for prediction: never choose them")
+    for tok in TOKENIZERS:
+        ids, inputs, labels = masked(impl, tok=tok)
+        chosen = labels != -100
+        expect(bool((labels[chosen] == ids[chosen]).all()), "where a label is set it must be the original token id")
+        expect(bool((inputs[~chosen] == ids[~chosen]).all()),
+               "a token that is not chosen (label -100) was changed in inputs: only chosen tokens may change (a "
+               "chosen token keeps its label whether it became [MASK], a random token or stayed the same)")
+        special = torch.isin(ids, torch.tensor(tok.special_ids))
+        n = int((chosen & special).sum())
+        expect(n == 0, f"with {tok.name}, {n} special tokens ([CLS], [SEP] or [PAD]) were chosen for prediction: "
+                       f"never choose them (find them with tokenizer.special_ids)")
 
 
 def check_chosen_fraction(impl, p=0.15):
@@ -56,35 +71,58 @@ def check_chosen_fraction(impl, p=0.15):
     n = int(normal.sum())
     rate = (labels[normal] != -100).double().mean().item()
     expect(near(rate, p, n), f"with mlm_probability={p}, {100 * rate:.1f}% of the {n} non-special tokens were chosen; "
-                             f"expected {100 * p:.0f}%" + (" (is mlm_probability used?)" if abs(rate - 0.15) < 0.01 else ""))
+                             f"expected {100 * p:.0f}%"
+                             + (" (is mlm_probability used?)" if p != 0.15 and abs(rate - 0.15) < 0.01 else "")
+                             + (" (labels must be set for every chosen token: also those replaced by a random token "
+                                "or kept)" if abs(rate - 0.8 * p) < 0.01 else ""))
 
 
 def check_80_10_10(impl):
-    ids, inputs, labels = masked(impl)
-    chosen = labels != -100
-    n = int(chosen.sum())
-    became_mask = (inputs[chosen] == TOK.mask_id).double().mean().item()
-    kept = (inputs[chosen] == ids[chosen]).double().mean().item()
-    other = 1 - became_mask - kept
-    # a random replacement may happen to draw the original token (1 in 55); either convention is fine
-    ok = near(became_mask, 0.8, n) and near(kept, 0.1, n) and near(other, 0.1, n)
-    expect(ok, f"of the tokens chosen for prediction {100 * became_mask:.1f}% became [MASK], {100 * other:.1f}% a "
-               f"random token and {100 * kept:.1f}% stayed the same: BERT uses 80% / 10% / 10%")
+    for tok in TOKENIZERS:
+        ids, inputs, labels = masked(impl, tok=tok)
+        chosen = labels != -100
+        n = int(chosen.sum())
+        became_mask = (inputs[chosen] == tok.mask_id).double().mean().item()
+        kept = (inputs[chosen] == ids[chosen]).double().mean().item()
+        other = 1 - became_mask - kept
+        # a random replacement may happen to draw the original token; either convention is fine
+        ok = near(became_mask, 0.8, n) and near(kept, 0.1, n) and near(other, 0.1, n)
+        expect(ok, f"with {tok.name}: of the tokens chosen for prediction {100 * became_mask:.1f}% became [MASK], "
+                   f"{100 * other:.1f}% a random token and {100 * kept:.1f}% stayed the same: BERT uses 80% / 10% / 10%"
+                   + (" (is tokenizer.mask_id used?)" if became_mask < 0.01 else ""))
 
 
 def check_random_replacements(impl):
-    ids, inputs, labels = masked(impl)
-    replaced = (labels != -100) & (inputs != TOK.mask_id) & (inputs != ids)
-    new = inputs[replaced]
-    bad = sorted(set(new[torch.isin(new, torch.tensor(TOK.special_ids))].tolist()))
-    expect(not bad, f"a random replacement was a special token (ids {bad}; specials are {TOK.special_ids}): "
-                    f"draw replacements from the non-special tokens only")
-    counts = torch.bincount(new, minlength=60)[5:].double()
-    expected = counts.sum() / NORMAL
-    stat = ((counts - expected) ** 2 / expected).sum().item()
-    expect(stat < NORMAL - 1 + 8 * math.sqrt(2 * (NORMAL - 1)),
-           f"random replacements are not uniform over the {NORMAL} non-special tokens (least drawn "
-           f"{int(counts.min())}, most {int(counts.max())} times)")
+    """Random replacements: never a special token, every non-special id drawn, uniformly. Half the
+    tokens are chosen here (p = 0.5) for enough replacements to see a single id missing."""
+    for tok in TOKENIZERS:
+        ids, inputs, labels = masked(impl, p=0.5, tok=tok)
+        replaced = (labels != -100) & (inputs != tok.mask_id) & (inputs != ids)
+        new = inputs[replaced]
+        bad = sorted(set(new[torch.isin(new, torch.tensor(tok.special_ids))].tolist()))
+        expect(not bad, f"with {tok.name}, a random replacement was a special token (ids {bad}): draw "
+                        f"replacements from the non-special ids only (tokenizer.special_ids says which)")
+        words = normal_ids(tok)
+        counts = torch.bincount(new, minlength=tok.vocab_size)[words].double()
+        expect(counts.sum() > 0, "no chosen token was replaced by a random token: 10 % of them should be")
+        never = words[counts == 0].tolist()
+        never = never if len(never) <= 6 else never[:5] + ["..."]
+        expect(not never, f"with {tok.name}, the non-special id(s) {never} were never a random replacement in "
+                          f"{int(counts.sum())} replacements (each was expected about {int(counts.sum()) // len(words)} "
+                          f"times): is your range of ids one short (randint's upper bound is exclusive)?")
+        # a replacement that happens to equal the original is not seen as one: expected count of id v
+        # is proportional to 1 - (share of v among the chosen originals)
+        share = torch.bincount(ids[labels != -100], minlength=tok.vocab_size)[words].double()
+        expected = (1 - share / share.sum())
+        expected = expected / expected.sum() * counts.sum()
+        stat = ((counts - expected) ** 2 / expected).sum().item()
+        df = len(words) - 1
+        from_batch = int(counts.argmax()) == int(share.argmax())
+        expect(stat < df + 8 * math.sqrt(2 * df),
+               f"with {tok.name}, random replacements are not uniform over the {len(words)} non-special ids (least "
+               f"drawn {int(counts.min())}, most {int(counts.max())} times)"
+               + (f": the most drawn, id {int(words[share.argmax()])}, is the batch's most frequent word; draw an "
+                  f"id uniformly from the vocabulary, not a token of the batch" if from_batch else ""))
 
 
 def check_dynamic(impl):

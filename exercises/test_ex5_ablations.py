@@ -43,3 +43,18 @@ def test_unknown_setting_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         ex5_ablations.main(["--settings", "W=4", "--out", str(tmp_path)])
     assert err.value.code == 2 and capsys.readouterr().err.startswith("error: unknown setting W=4")
+
+
+def test_runs_side_by_side_give_the_numbers_of_one_process(tmp_path):
+    """pretrain_all with 2 worker processes (one thread each) and in this process: the same numbers,
+    to the last digit, and each run's CPU seconds recorded."""
+    from exercises.miniature import pretrain_all
+    runs = [([], 0), (["--objective", "mlm"], 0)]
+    pooled = pretrain_all(str(tmp_path / "pool"), runs, steps=2, jobs=2, log=lambda *a: None)
+    alone = pretrain_all(str(tmp_path / "alone"), runs, steps=2, jobs=1, log=lambda *a: None)
+    for (_, a), (_, b) in zip(pooled, alone):
+        assert a["ctx_score"] == b["ctx_score"] and a["eval_mlm_loss"] == b["eval_mlm_loss"]
+        assert a["threads"] == b["threads"] == 1 and a["cpu_s"] > 0
+    again = pretrain_all(str(tmp_path / "pool"), runs, steps=2, jobs=2, log=lambda *a: None)
+    assert all(r["reused"] for _, r in again)
+

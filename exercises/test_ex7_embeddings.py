@@ -27,9 +27,10 @@ def batch():
     return torch.randint(10, 20, (4, 12), generator=torch.Generator().manual_seed(1))
 
 
-def one_step(model):
+def one_step(model, weight_decay=0.1):
+    """One AdamW step (taco's optimizer groups, with weight decay) -> the names of the parameters that changed."""
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
-    opt = configure_optimizer(model, 1e-2, 0.0)
+    opt = configure_optimizer(model, 1e-2, weight_decay)
     mlm_loss(model, batch()).backward()
     opt.step()
     return {k for k, v in model.named_parameters() if not torch.equal(v.detach(), before[k])}
@@ -40,18 +41,33 @@ def check_freeze(impl):
     call(impl.freeze_embeddings, model)
     changed = one_step(model)
     moved = sorted(k for k in changed if k.startswith("bert.embeddings."))
-    expect(not moved, f"after freeze_embeddings and one training step, {', '.join(moved)} changed: freeze the whole "
-                      f"embedding layer (word, position, token-type embeddings and its LayerNorm)")
-    expect(any(k.startswith("bert.layers.") for k in changed) and "mlm.dense.weight" in changed,
-           "after freeze_embeddings nothing but the embeddings should stop: the encoder layers or the MLM head did "
-           "not change in a training step")
+    params = dict(model.named_parameters())
+    by_decay = [k for k in moved if params[k].grad is not None and not params[k].grad.any()]  # zero gradient, moved
+    expect(not moved, f"after freeze_embeddings and one training step (AdamW, weight decay 0.1), {', '.join(moved)} "
+                      f"changed: freeze the whole embedding layer (word, position, token-type embeddings and its "
+                      f"LayerNorm)" + (f". {', '.join(by_decay)} had a zero gradient and moved all the same: a zeroed "
+                                       f"gradient (a hook) is not enough, AdamW's weight decay moves every parameter "
+                                       f"it holds; set requires_grad to False" if by_decay else ""))
+    should_move = one_step(small_model()) - {k for k in changed if k.startswith("bert.embeddings.")}
+    should_move = {k for k in should_move if not k.startswith("bert.embeddings.") and k != "mlm.decoder.weight"}
+    stopped = sorted(should_move - changed)
+    expect(not stopped, f"after freeze_embeddings, {', '.join(stopped)} did not change in a training step: only the "
+                        f"embedding layer (model.bert.embeddings) stays at its init; the encoder and the MLM head "
+                        f"(its dense layer, LayerNorm and output bias) still train")
 
 
 def check_untie(impl):
     model = small_model()
-    word = model.bert.embeddings.word.weight
+    word_before = model.bert.embeddings.word.weight
+    values_before = word_before.detach().clone()
     call(impl.untie_embeddings, model)
+    word = model.bert.embeddings.word.weight  # read again: the input embeddings after the call
     dec = model.mlm.decoder.weight
+    expect(word is word_before and torch.equal(word.detach(), values_before),
+           "untie_embeddings changed the *input* word embeddings (model.bert.embeddings.word.weight is "
+           + ("another tensor now" if word is not word_before else "re-initialised") + "): with tied weights "
+           "model.mlm.decoder IS model.bert.embeddings.word, so assigning model.mlm.decoder.weight replaces the input "
+           "embeddings too. Give the MLM head a new module: model.mlm.decoder = nn.Embedding(...)")
     expect(dec is not word, "after untie_embeddings the decoder's weight is still the word-embedding matrix itself")
     expect(dec.shape == word.shape, f"the decoder must map hidden size 16 to the 40 words: weight shape {tuple(word.shape)}, "
                                     f"got {tuple(dec.shape)}")
@@ -68,7 +84,8 @@ def check_untie(impl):
     expect(absent == 0, "after untying, the MLM loss still reaches the input embeddings of words that are not in the "
                         "batch: their only way in was the shared decoder, so it is still shared")
     expect(dec.grad is not None and dec.grad[20:].abs().sum() > 0, "the new decoder receives no gradient: is it the "
-                                                                     "one the MLM head uses, and trainable?")
+                                                                     "one the MLM head uses, and trainable (requires_grad; "
+                                                                     "nn.Embedding.from_pretrained freezes by default)?")
 
 
 def test_freeze(impl):

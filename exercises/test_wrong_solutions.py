@@ -1,77 +1,231 @@
-"""The checks reject typical wrong solutions, each with a sentence that names the mistake.
+"""The checks reject plausible wrong solutions, each with a sentence that names the mistake, and
+accept the correct ones written in other styles.
 
-Every wrong solution lives in exercises/wrong/ with its bug in its docstring; this file runs the
-same checks a student's stub faces on it and asserts the message. Always runs on these fixtures,
-with or without --student.
+Every wrong solution lives in exercises/wrong/ with its bug in its docstring (and a "# BUG" mark);
+REJECTED below says which check must reject it and with which words. Every function there must
+be listed (test_every_fixture_is_listed). Runs on these fixtures with or without --student.
 """
+import functools
+import inspect
+import re
 import types
 
 import pytest
 
+import taco
 from exercises import test_ex1_tc_loss as ex1
 from exercises import test_ex2_samplers as ex2
 from exercises import test_ex3_contextual_score as ex3
 from exercises import test_ex4_masking as ex4
+from exercises import test_ex6_mlm_vs_taco as ex6
 from exercises import test_ex7_embeddings as ex7
 from exercises._check import Mistake
+from exercises.solutions import ex6_mlm_vs_taco as ref6
 from exercises.wrong import ex1_tc_loss as wrong1
 from exercises.wrong import ex2_samplers as wrong2
 from exercises.wrong import ex3_contextual_score as wrong3
 from exercises.wrong import ex4_masking as wrong4
+from exercises.wrong import ex6_mlm_vs_taco as wrong6
 from exercises.wrong import ex7_embeddings as wrong7
 
-
-@pytest.mark.parametrize("fn, check, message", [
-    (wrong1.no_detach, ex1.check_gradient_reaches_the_anchor_only, "the positive is not detached: the gradient reached"),
-    (wrong1.flipped_sign, ex1.check_orthogonal_closed_form, "the sign is flipped"),
-    (wrong1.uses_h, ex1.check_collapsed_gives_log_k_plus_1, r"Do you use g = h - e \(not h\)"),
-    (wrong1.dot_product, ex1.check_scale_invariant, "normalise g"),
-    (wrong1.dot_product, ex1.check_orthogonal_closed_form, "dot products of g, not cosines"),
-])
-def test_ex1_rejects(fn, check, message):
-    with pytest.raises(Mistake, match=message):
-        check(types.SimpleNamespace(tc_loss=fn))
+WRONG = {1: wrong1, 2: wrong2, 3: wrong3, 4: wrong4, 6: wrong6, 7: wrong7}
 
 
-@pytest.mark.parametrize("name, fn, check, message", [
-    ("sample_positives", wrong2.window_too_wide, ex2.check_window_offsets_uniform,
-     r"the window reaches 3 positions away; W=5 allows 2 \(W//2 either side\)"),
-    ("sample_negatives", wrong2.negatives_from_own_sequence_too, ex2.check_negatives_from_other_sequences_never_padding,
-     "come from sequence 0 itself; negatives come from the \\*other\\* sequences"),
-    ("sample_negatives", wrong2.negatives_uniform_over_sequences, ex2.check_negatives_uniform_over_tokens,
-     "draw uniformly over tokens, not over sequences"),
-])
-def test_ex2_rejects(name, fn, check, message):
-    with pytest.raises(Mistake, match=message):
-        check(types.SimpleNamespace(**{name: fn}))
+def as_student_module(exercise, name):
+    """A stand-in for a student's exN_*.py holding the wrong function `name` (the other function
+    of the exercise, if any, is the reference)."""
+    fn = getattr(WRONG[exercise], name)
+    if exercise == 1:
+        return types.SimpleNamespace(tc_loss=fn)
+    if exercise == 2:
+        if name.startswith(("positives", "window")):
+            return types.SimpleNamespace(sample_positives=fn, sample_negatives=taco.sample_negatives)
+        return types.SimpleNamespace(sample_positives=taco.sample_positives, sample_negatives=fn)
+    if exercise == 3:
+        return types.SimpleNamespace(score_closed_form=fn, score_brute_force=fn)
+    if exercise == 4:
+        return types.SimpleNamespace(mask_tokens=fn)
+    if exercise == 6:
+        if name.startswith("first"):
+            return types.SimpleNamespace(first_step_reaching=fn, speedup=ref6.speedup)
+        return types.SimpleNamespace(first_step_reaching=ref6.first_step_reaching, speedup=fn)
+    if name.startswith("freeze"):
+        return types.SimpleNamespace(freeze_embeddings=fn)
+    return types.SimpleNamespace(untie_embeddings=fn)
 
 
-@pytest.mark.parametrize("fn, message", [
-    (wrong3.with_self_pairs, "Your intra includes each token paired with itself"),
-    (wrong3.padding_counted, "Padding is counted: use only real tokens"),
-])
-def test_ex3_rejects(fn, message):
-    with pytest.raises(Mistake, match=message):
-        ex3.check_matches_the_pairs(types.SimpleNamespace(score_closed_form=fn), "score_closed_form")
+# (exercise, wrong function, the check that rejects it (with its extra arguments), words of its sentence)
+REJECTED = [
+    # --- exercise 1: the TC loss
+    (1, "no_detach", ex1.check_gradient_reaches_the_anchor_only, (), "the positive is not detached: the gradient reached"),
+    (1, "no_detach", ex1.check_gradient_matches_eq34_token_by_token, (), "the positive and negatives are not detached"),
+    (1, "flipped_sign", ex1.check_orthogonal_closed_form, (), "the sign is flipped"),
+    (1, "uses_h", ex1.check_collapsed_gives_log_k_plus_1, (), "Do you use g = h - e (not h)"),
+    (1, "dot_product", ex1.check_scale_invariant, (), "normalise each g over its hidden dimension"),
+    (1, "dot_product", ex1.check_orthogonal_closed_form, (), "dot products of g, not cosines"),
+    (1, "negatives_off_the_graph", ex1.check_gradient_matches_eq34_token_by_token, (),
+     "no gradient flows through the negatives' cosines"),
+    (1, "positive_off_the_graph", ex1.check_gradient_matches_eq34_token_by_token, (),
+     "no gradient flows through the positive's cosine"),
+    (1, "norm_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "the anchor's norm |g| is computed under detach"),
+    (1, "e_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "no gradient reached e: is e detached"),
+    (1, "h_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "no gradient reached h"),
+    (1, "h_detached", ex1.check_returns_a_scalar, (), "the loss carries no gradient"),
+    (1, "in_place_g", ex1.check_collapsed_gives_log_k_plus_1, (), "changed its argument `h` in place"),
+    (1, "in_place_g", ex1.check_gradient_matches_eq34_token_by_token, (), "changed one of its inputs in place"),
+    (1, "summed", ex1.check_collapsed_gives_log_k_plus_1, (), "64 times too large, the number of anchors"),
+    (1, "summed", ex1.check_orthogonal_closed_form, (), "the loss is summed over the 64 anchors: take the mean"),
+    (1, "temperature_multiplies", ex1.check_orthogonal_closed_form, (0.5,), "the temperature multiplies the cosines"),
+    (1, "temperature_ignored", ex1.check_orthogonal_closed_form, (), "tau is always 0.07: use the `temperature` argument"),
+    (1, "positive_last", ex1.check_orthogonal_closed_form, (), "the target of the cross-entropy is not the positive"),
+    (1, "padding_anchors", ex1.check_padding_never_used, (), "padding leaked into the loss"),
+    (1, "positions_replace_the_mask", ex1.check_padding_never_used, (), "padding leaked into the loss with `positions` all True"),
+    (1, "positions_ignored", ex1.check_positions_restrict_the_anchors, (), "is `positions` ignored?"),
+    (1, "lone_tokens_are_anchors", ex1.check_value_matches_eq34_token_by_token, (),
+     "a sequence with a single real token counts as an anchor"),
+    (1, "mean_per_sequence", ex1.check_value_matches_eq34_token_by_token, (), "averaged per sequence, then over sequences"),
+    (1, "normalised_over_tokens", ex1.check_scale_invariant, (), "over its hidden dimension (dim=-1)"),
+    (1, "normalised_over_tokens", ex1.check_gradient_reaches_the_anchor_only, (), "normalised over the tokens (dim=1)"),
+    (1, "window_not_passed", ex1.check_passes_its_arguments_to_the_samplers, (),
+     "called with window=3 but called sample_positives with [5]: pass `window` on"),
+    (1, "generator_not_passed", ex1.check_generator_makes_it_reproducible, (), "pass it to both samplers"),
+    (1, "generator_not_passed", ex1.check_passes_its_arguments_to_the_samplers, (), "did not pass its `generator`"),
+    (1, "softmax_over_anchors", ex1.check_collapsed_gives_log_k_plus_1, (), "is the softmax taken over the anchors (dim=0)"),
+    (1, "temperature_on_the_positive_only", ex1.check_collapsed_gives_log_k_plus_1, (), "divide every logit by tau"),
+    (1, "positive_not_in_the_denominator", ex1.check_collapsed_gives_log_k_plus_1, (),
+     "the positive is missing from the softmax's denominator"),
+    (1, "positive_not_in_the_denominator", ex1.check_orthogonal_closed_form, (),
+     "the positive is missing from the softmax's denominator"),
+    # --- exercise 2: the samplers
+    (2, "window_too_wide", ex2.check_window_offsets_uniform, (), "the window reaches 3 positions away; W=5 allows 2 (W//2 either side)"),
+    (2, "negatives_from_own_sequence_too", ex2.check_negatives_from_other_sequences_never_padding, (),
+     "come from sequence 0 itself; negatives come from the *other* sequences"),
+    (2, "negatives_uniform_over_sequences", ex2.check_negatives_uniform_over_tokens, (), "draw uniformly over tokens, not over sequences"),
+    (2, "positives_fallback_assumes_right_padding", ex2.check_positive_is_another_real_token_of_the_sequence, (),
+     "padding (sequence 1 has 11 real tokens, padded on the left)"),
+    (2, "positives_clamped_into_the_sequence", ex2.check_positive_is_another_real_token_of_the_sequence, (),
+     "the anchor itself; a positive is another token"),
+    (2, "positives_offset_zero_possible", ex2.check_window_offsets_uniform, (), "a positive is the anchor itself (offset 0)"),
+    (2, "positives_land_on_padding", ex2.check_positive_is_another_real_token_of_the_sequence, (), "padded on the right); positives are real tokens"),
+    (2, "positives_wrap_around", ex2.check_positive_is_another_real_token_of_the_sequence, (), "padding (sequence 1"),
+    (2, "positives_one_side_only", ex2.check_window_offsets_uniform, (), "but [-2, -1] never occurred"),
+    (2, "positives_without_flat_offset", ex2.check_positive_is_another_real_token_of_the_sequence, (),
+     "indices are flat: b * T + t; did you forget the b * T?"),
+    (2, "positives_one_offset_per_sequence", ex2.check_window_offsets_uniform, (), "draw one offset per token, not one per sequence"),
+    (2, "positives_fallback_may_be_the_anchor", ex2.check_positive_is_another_real_token_of_the_sequence, (),
+     "the anchor itself; a positive is another token"),
+    (2, "negatives_skip_off_by_one", ex2.check_negatives_from_other_sequences_never_padding, (),
+     "come from sequence 0 itself"),
+    (2, "negatives_pool_assumes_right_padding", ex2.check_negatives_from_other_sequences_never_padding, (),
+     "are padded on the left); draw only real tokens"),
+    (2, "negatives_skip_lone_sequences", ex2.check_negatives_uniform_over_tokens, (),
+     "its token is a negative like any other"),
+    (2, "negatives_range_one_short", ex2.check_negatives_uniform_over_tokens, (), "is your range one short"),
+    (2, "negatives_global_random_state", ex2.check_generator_makes_it_reproducible, (), "draw every random number from `generator`"),
+    (2, "negatives_include_padding", ex2.check_negatives_from_other_sequences_never_padding, (), "draw only real tokens"),
+    (2, "negatives_shared_by_the_sequence", ex2.check_negatives_uniform_over_tokens, (), "draw them independently for each anchor"),
+    # --- exercise 3: the contextual score
+    (3, "with_self_pairs", ex3.check_matches_the_pairs, ("score_closed_form",), "Your intra includes each token paired with itself"),
+    (3, "padding_counted", ex3.check_matches_the_pairs, ("score_closed_form",), "Padding is counted: use only real tokens"),
+    (3, "mean_of_sequence_means", ex3.check_matches_the_pairs, ("score_closed_form",), "Your intra is the mean of each sequence's mean"),
+    (3, "inter_includes_intra", ex3.check_matches_the_pairs, ("score_closed_form",), "Your inter is the mean over all pairs"),
+    (3, "score_reversed", ex3.check_known_values, ("score_closed_form",), "The score is intra - inter, not inter - intra"),
+    (3, "dot_products", ex3.check_known_values, ("score_closed_form",), "Cosines, not dot products"),
+    (3, "padding_zeroed_but_counted", ex3.check_matches_the_pairs, ("score_closed_form",), "Your pair counts include the padding"),
+    (3, "right_padding_assumed", ex3.check_matches_the_pairs, ("score_closed_form",), "sequence 1 is padded on the left"),
+    (3, "brute_force_skips_same_position", ex3.check_matches_the_pairs, ("score_brute_force",),
+     "every pair of real tokens of two different sequences counts"),
+    (3, "nan_for_a_lone_token", ex3.check_matches_the_pairs, ("score_closed_form",), "must not divide by zero"),
+    # --- exercise 4: masking
+    (4, "all_to_mask", ex4.check_80_10_10, (), "100.0% became [MASK], 0.0% a random token and 0.0% stayed the same: BERT uses 80% / 10% / 10%"),
+    (4, "specials_too", ex4.check_labels_and_untouched_tokens, (), "special tokens ([CLS], [SEP] or [PAD]) were chosen for prediction"),
+    (4, "replacements_after_the_first_five", ex4.check_random_replacements, (), "a random replacement was a special token (ids [13, 27, 41, 59])"),
+    (4, "replacement_range_one_short", ex4.check_random_replacements, (), "is your range of ids one short"),
+    (4, "replacement_from_the_batch", ex4.check_random_replacements, (), "not a token of the batch"),
+    (4, "specials_by_id_below_five", ex4.check_labels_and_untouched_tokens, (), "special ids are 6, 13, 27, 41, 59"),
+    (4, "mask_id_written_in", ex4.check_80_10_10, (), "is tokenizer.mask_id used?"),
+    (4, "probability_written_in", ex4.check_chosen_fraction, (0.3,), "is mlm_probability used?"),
+    (4, "second_draw_misread", ex4.check_80_10_10, (), "2.4% a random token and 17.7% stayed the same"),
+    (4, "labels_only_where_masked", ex4.check_chosen_fraction, (), "labels must be set for every chosen token"),
+    (4, "masks_in_place", ex4.check_80_10_10, (), "changed its argument `input_ids` in place"),
+    (4, "global_random_state", ex4.check_dynamic, (), "draw every random number from `generator`"),
+    (4, "only_padding_protected", ex4.check_labels_and_untouched_tokens, (), "60 special tokens"),
+    # --- exercise 6: speed-ups
+    (6, "speedup_integer_division", ex6.check_speedup, (), "do not round or use integer division"),
+    (6, "speedup_rounded", ex6.check_speedup, (), "do not round or use integer division"),
+    (6, "speedup_baseline_last_step", ex6.check_speedup, (), "the first step reaching its final value, 200, not its last step"),
+    (6, "speedup_inverted", ex6.check_speedup, (), "speed-up 400 / 100 = 4; got 0.25"),
+    (6, "speedup_zero_if_never", ex6.check_speedup, (), "(None, not 0 or inf); got 0"),
+    (6, "speedup_infinite_if_never", ex6.check_speedup, (), "(None, not 0 or inf); got inf"),
+    (6, "speedup_best_not_final", ex6.check_speedup, (), "the baseline's *final* value, 0.25 (not its best, 0.4)"),
+    (6, "speedup_ignores_direction", ex6.check_speedup, (), "for a loss, MLM reaches its final 4.0 at step 400"),
+    (6, "first_strictly_above", ex6.check_first_step_reaching, (), "(equal counts)); got 400"),
+    (6, "first_ignores_direction", ex6.check_first_step_reaching, (), "(a loss: lower is better) reaching 4.3); got 100"),
+    (6, "first_returns_index", ex6.check_first_step_reaching, (), "should be 200 (the first step where a rising curve reaches 0.3 (equal counts)); got 1"),
+    (6, "first_last_crossing", ex6.check_first_step_reaching, (), "even if the curve falls below it later); got 150"),
+    # --- exercise 7: embeddings
+    (7, "freeze_word_only", ex7.check_freeze, (), "bert.embeddings.norm.bias, bert.embeddings.norm.weight, "
+     "bert.embeddings.position.weight, bert.embeddings.token_type.weight changed: freeze the whole embedding layer"),
+    (7, "untie_sharing_storage", ex7.check_untie, (), "the decoder shares memory with the input embeddings"),
+    (7, "freeze_by_zeroing_gradients", ex7.check_freeze, (), "a zeroed gradient (a hook) is not enough, AdamW's weight decay"),
+    (7, "freeze_too_much", ex7.check_freeze, (), "mlm.bias, mlm.norm.bias, mlm.norm.weight did not change"),
+    (7, "freeze_in_eval_mode", ex7.check_freeze, (), "bert.embeddings.word.weight changed: freeze the whole embedding layer"),
+    (7, "freeze_without_layernorm", ex7.check_freeze, (), "bert.embeddings.norm.bias, bert.embeddings.norm.weight changed"),
+    (7, "untie_by_new_parameter", ex7.check_untie, (), "untie_embeddings changed the *input* word embeddings"),
+    (7, "untie_without_config", ex7.check_untie, (), "set model.config.tie_word_embeddings = False"),
+    (7, "untie_zero_init", ex7.check_untie, (), "the new decoder's weights have std 0.0000"),
+    (7, "untie_frozen_copy", ex7.check_untie, (), "nn.Embedding.from_pretrained freezes by default"),
+    (7, "untie_default_init", ex7.check_untie, (), "initialise them like every weight, N(0, 0.02)"),
+]
 
 
-@pytest.mark.parametrize("fn, check, message", [
-    (wrong4.all_to_mask, ex4.check_80_10_10, r"100.0% became \[MASK\], 0.0% a random token and 0.0% stayed the same: "
-                                             r"BERT uses 80% / 10% / 10%"),
-    (wrong4.specials_too, ex4.check_labels_and_untouched_tokens, r"special tokens \(\[CLS\], \[SEP\] or \[PAD\]\) "
-                                                                  r"were chosen for prediction"),
-])
-def test_ex4_rejects(fn, check, message):
-    with pytest.raises(Mistake, match=message):
-        check(types.SimpleNamespace(mask_tokens=fn))
+@functools.lru_cache(maxsize=None)
+def message(exercise, name, check, args):
+    """What `check` says about the wrong solution (None if it passes it)."""
+    try:
+        check(as_student_module(exercise, name), *args)
+    except Mistake as err:
+        return " ".join(str(err).split())
+    return None
 
 
-@pytest.mark.parametrize("name, fn, check, message", [
-    ("freeze_embeddings", wrong7.freeze_word_only, ex7.check_freeze,
-     "bert.embeddings.norm.bias, bert.embeddings.norm.weight, bert.embeddings.position.weight, "
-     "bert.embeddings.token_type.weight changed: freeze the whole embedding layer"),
-    ("untie_embeddings", wrong7.untie_sharing_storage, ex7.check_untie, "the decoder shares memory with the input embeddings"),
-])
-def test_ex7_rejects(name, fn, check, message):
-    with pytest.raises(Mistake, match=message):
-        check(types.SimpleNamespace(**{name: fn}))
+@pytest.mark.parametrize("exercise, name, check, args, sentence", REJECTED,
+                         ids=[f"ex{e}-{n}-{c.__name__[6:]}" for e, n, c, _, _ in REJECTED])
+def test_rejected_with_its_sentence(exercise, name, check, args, sentence):
+    said = message(exercise, name, check, args)
+    assert said is not None, f"{check.__name__} accepted the wrong solution {name}"
+    assert sentence in said, said
+
+
+def fixtures():
+    return [(e, n) for e, module in WRONG.items() for n, f in vars(module).items()
+            if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == module.__name__]
+
+
+def test_every_fixture_is_listed():
+    listed = {(e, n) for e, n, *_ in REJECTED}
+    assert not set(fixtures()) - listed, f"wrong solutions without a check in REJECTED: {set(fixtures()) - listed}"
+    assert len(fixtures()) >= 60
+
+
+def test_every_exercise_has_two_correct_variants():
+    import os
+    folder = os.path.join(os.path.dirname(__file__), "correct")
+    for exercise in ("ex1_tc_loss", "ex2_samplers", "ex3_contextual_score", "ex4_masking", "ex6_mlm_vs_taco",
+                     "ex7_embeddings"):
+        assert len([f for f in os.listdir(folder) if f.startswith(exercise + "_")]) >= 2, exercise
+
+
+def test_teachers_note_quotes_only_sentences_the_checks_give():
+    """TEACHERS.md's list of common mistakes quotes the checks' messages: each quote must be one of
+    the sentences above (the fixtures prove those are given)."""
+    import os
+    with open(os.path.join(os.path.dirname(__file__), "TEACHERS.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("## Common mistakes", 1)[1].split("\n## ", 1)[0]
+    quotes = re.findall(r'"([^"]+)"', " ".join(section.split()))
+    assert quotes
+    said = [message(e, n, c, a) or "" for e, n, c, a, _ in REJECTED]
+    pattern = {q: re.compile(".*".join(re.escape(part.strip()) for part in q.split("[...]"))) for q in quotes}
+    missing = [q for q in quotes if not any(pattern[q].search(m) for m in said)]
+    assert not missing, f"TEACHERS.md quotes messages that no wrong solution gets: {missing}"

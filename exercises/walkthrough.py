@@ -1,8 +1,9 @@
 """One batch of the toy corpus traced through TACO's TC loss, with the real numbers at each step:
 ids and tokens, e, h, g = h - e, one anchor's positive and negatives, their cosines, the logits,
 the loss; first at initialisation, then after a short pre-training (or from a run you give).
+The same, with text and pictures, as a notebook: exercises/walkthrough.ipynb.
 
-    python exercises/walkthrough.py                    # init, then a 300-step miniature TACO (reused if run before)
+    python exercises/walkthrough.py                    # init, then the 300-step miniature TACO of exercises 5 and 6 (reused)
     python exercises/walkthrough.py --run runs/taco    # init, then a run you have (its newest checkpoint)
 """
 import argparse
@@ -99,11 +100,33 @@ def explain_init(r, K, tau):
     return at1
 
 
+def held_out_batch(tok, n=4, max_len=64):
+    """n consecutive blocks of max_len tokens from the held-out end of the toy corpus (as taco.py's
+    evaluation cuts them), starting at the first one with a document boundary inside."""
+    blocks = make_blocks(tokenize_corpus("toy", tok), max_len, tok.cls_id, tok.sep_id)
+    tail = torch.from_numpy(blocks[-64:].astype("int64"))  # the held-out end, as taco.py's evaluation
+    first = int((tail[:, 1:-1] == tok.sep_id).any(1).float().argmax())  # a block with a document boundary
+    return tail[first:first + n]
+
+
+def first_topic_word(ids, tok):
+    """Position of the first content word of a topic (a noun, verb or adjective of the generator) in sequence 0."""
+    words, T = topic_words(tok), ids.shape[1]
+    return next((t for t in range(5, T - 1) if int(ids[0, t]) in words), T // 2)
+
+
+def initial_encoder(tok):
+    """taco.py's tiny model as seed 0 initialises it (the encoder only)."""
+    torch.manual_seed(0)
+    return BertForPreTraining(BertConfig.from_size("tiny", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)).bert
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Trace one batch through the TC loss, at init and after training.")
     p.add_argument("--run", default=None, help="a taco run directory or checkpoint for the 'after' part "
                    "(default: pre-train a miniature into --out)")
-    p.add_argument("--steps", type=int, default=300, help="miniature pre-training steps when --run is not given")
+    p.add_argument("--steps", type=int, default=None, help="miniature pre-training steps when --run is not given "
+                   "(default: the miniature's 300: the very TACO run of exercises 5 and 6, reused if it is there)")
     p.add_argument("--out", default="runs/mini", help="where the miniature pre-training goes (a finished one is reused)")
     p.add_argument("--batch", type=int, default=4, help="blocks in the batch")
     p.add_argument("--max_len", type=int, default=64, help="tokens per block")
@@ -118,16 +141,11 @@ def main(argv=None):
         if args.negatives > (args.batch - 1) * args.max_len:
             raise UsageError(f"--negatives {args.negatives} exceeds the {(args.batch - 1) * args.max_len} tokens of the other sequences")
         tok = load_tokenizer("toy")
-        blocks = make_blocks(tokenize_corpus("toy", tok), args.max_len, tok.cls_id, tok.sep_id)
-        tail = torch.from_numpy(blocks[-64:].astype("int64"))  # the held-out end, as taco.py's evaluation
-        first = int((tail[:, 1:-1] == tok.sep_id).any(1).float().argmax())  # a block with a document boundary
-        ids = tail[first:first + args.batch]
-        if args.anchor is None:  # the first content word of a topic (a noun, verb or adjective of the generator)
-            words = topic_words(tok)
-            args.anchor = next((t for t in range(5, args.max_len - 1) if int(ids[0, t]) in words), args.max_len // 2)
+        ids = held_out_batch(tok, args.batch, args.max_len)
+        if args.anchor is None:
+            args.anchor = first_topic_word(ids, tok)
         show_batch(ids, tok)
-        torch.manual_seed(0)  # taco.py's init for seed 0
-        init = BertForPreTraining(BertConfig.from_size("tiny", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)).bert
+        init = initial_encoder(tok)
         knobs = (0, args.anchor), args.window, args.negatives, args.temperature
         at_init = trace(init, ids, tok, *knobs, "2. At initialisation (taco.py's tiny model, seed 0)")
         at_init["loss_tau_1"] = explain_init(at_init, args.negatives, args.temperature)
@@ -140,12 +158,15 @@ def main(argv=None):
                 raise UsageError(str(err)) from None
             title = f"3. After pre-training: {source}"
         else:
-            from exercises.miniature import pretrain
-            print(f"Pre-training a miniature TACO ({args.steps} steps) under {args.out} ...", flush=True)
+            from exercises.miniature import MINI, finished, pretrain
+            steps = args.steps or MINI["steps"]
+            run_dir, done = finished(args.out, steps=args.steps)
+            print(f"{'Reusing' if done else 'Pre-training'} a miniature TACO ({steps} steps, one thread): {run_dir}"
+                  + ("" if done else " ..."), flush=True)
             run_dir, _ = pretrain(args.out, steps=args.steps)
             import analyze
             trained, _, _, source = analyze.load_encoder(run_dir)
-            title = f"3. After {args.steps} steps of TACO ({source})"
+            title = f"3. After {steps} steps of TACO ({source})"
         if trained.embeddings.word.num_embeddings != tok.vocab_size:
             raise UsageError(f"{args.run} was not trained on the toy vocabulary; pass a toy-corpus run")
         r = trace(trained, ids, tok, *knobs, title)

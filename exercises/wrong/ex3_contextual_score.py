@@ -24,3 +24,113 @@ def padding_counted(h, real):
     intra = (same.sum() / (B * T * (T - 1))).item()
     inter = ((total - same.sum()) / ((B * T) ** 2 - B * T * T)).item()
     return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+# ----------------------------------------------------------------------------- written as students write them
+import torch  # noqa: E402
+
+
+def _unit(h, real):
+    return F.normalize(h.double(), dim=-1) * real[..., None]
+
+
+def mean_of_sequence_means(h, real):
+    """Bug: intra is the mean over sequences of each sequence's mean (sequences with no pair skipped)."""
+    z, n = _unit(h, real), real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = per_seq.pow(2).sum(1) - n
+    ok = n >= 2
+    intra = (pairs[ok] / (n * (n - 1))[ok]).mean().item()  # BUG
+    total = per_seq.sum(0).pow(2).sum() - n.sum()
+    inter = ((total - pairs.sum()) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def inter_includes_intra(h, real):
+    """Bug: inter is the mean over every pair of distinct tokens, those of one sequence included."""
+    z, n = _unit(h, real), real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = per_seq.pow(2).sum(1) - n
+    intra = (pairs.sum() / (n * (n - 1)).sum()).item()
+    N = n.sum()
+    inter = ((per_seq.sum(0).pow(2).sum() - N) / (N * (N - 1))).item()  # BUG: all pairs
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def score_reversed(h, real):
+    """Bug: score = inter - intra."""
+    z, n = _unit(h, real), real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = per_seq.pow(2).sum(1) - n
+    intra = (pairs.sum() / (n * (n - 1)).sum()).item()
+    inter = ((per_seq.sum(0).pow(2).sum() - n.sum() - pairs.sum()) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": inter - intra}  # BUG
+
+
+def dot_products(h, real):
+    """Bug: the states are not normalised: dot products, not cosines."""
+    z, n = h.double() * real[..., None], real.sum(1).double()  # BUG: no normalize
+    per_seq = z.sum(1)
+    self_dots = z.pow(2).sum(-1)
+    pairs = per_seq.pow(2).sum(1) - self_dots.sum(1)
+    intra = (pairs.sum() / (n * (n - 1)).sum()).item()
+    inter = ((per_seq.sum(0).pow(2).sum() - self_dots.sum() - pairs.sum()) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def padding_zeroed_but_counted(h, real):
+    """Bug: padding vectors are zeroed (they add nothing to the sums) but still counted in n."""
+    z = _unit(h, real)
+    B, T, _ = z.shape
+    n = torch.full((B,), float(T), dtype=torch.double)  # BUG: T, not real.sum(1)
+    per_seq = z.sum(1)
+    pairs = per_seq.pow(2).sum(1) - real.sum(1).double()
+    intra = (pairs.sum() / (n * (n - 1)).sum()).item()
+    inter = ((per_seq.sum(0).pow(2).sum() - real.sum() - pairs.sum()) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def right_padding_assumed(h, real):
+    """Bug: sequence b's real tokens are taken as its first n_b positions."""
+    B, T, _ = h.shape
+    n = real.sum(1)
+    first = (torch.arange(T)[None, :] < n[:, None])  # BUG: ignores where the real tokens are
+    return _closed_form(h, first)
+
+
+def _closed_form(h, real):
+    z, n = _unit(h, real), real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = per_seq.pow(2).sum(1) - n
+    intra = (pairs.sum() / (n * (n - 1)).sum()).item()
+    inter = ((per_seq.sum(0).pow(2).sum() - n.sum() - pairs.sum()) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def brute_force_skips_same_position(h, real):
+    """Bug (brute force): pairs are skipped when t == s, so tokens at the same position of
+    different sequences never form an inter pair."""
+    B, T, _ = h.shape
+    z = F.normalize(h.double(), dim=-1)
+    sums, counts = {"intra": 0.0, "inter": 0.0}, {"intra": 0, "inter": 0}
+    for b in range(B):
+        for t in range(T):
+            for c in range(B):
+                for s in range(T):
+                    if real[b, t] and real[c, s] and t != s:  # BUG: (b, t) != (c, s)
+                        kind = "intra" if b == c else "inter"
+                        sums[kind] += float(z[b, t] @ z[c, s])
+                        counts[kind] += 1
+    intra, inter = sums["intra"] / counts["intra"], sums["inter"] / counts["inter"]
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def nan_for_a_lone_token(h, real):
+    """Bug: each sequence's mean of pairs, weighted by its pairs, but 0 / 0 for a sequence of one token."""
+    z, n = _unit(h, real), real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = per_seq.pow(2).sum(1) - n
+    means = pairs / (n * (n - 1))  # BUG: nan where n = 1
+    intra = ((means * n * (n - 1)).sum() / (n * (n - 1)).sum()).item()
+    inter = ((per_seq.sum(0).pow(2).sum() - n.sum() - pairs.sum()) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}

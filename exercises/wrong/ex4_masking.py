@@ -25,3 +25,144 @@ def all_to_mask(input_ids, tokenizer, mlm_probability=0.15, generator=None):
 def specials_too(input_ids, tokenizer, mlm_probability=0.15, generator=None):
     """Bug: [CLS], [SEP] and [PAD] can be chosen for prediction."""
     return _mask(input_ids, tokenizer, mlm_probability, generator, keep_specials=False)
+
+
+# ----------------------------------------------------------------------------- written as students write them
+
+def _choose(ids, special, p, generator):
+    return (torch.rand(ids.shape, generator=generator) < p) & ~special
+
+
+def replacements_after_the_first_five(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: random replacements from randint(5, vocab_size): assumes the specials are ids 0-4."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    action = torch.rand(input_ids.shape, generator=generator)
+    random_ids = torch.randint(5, tokenizer.vocab_size, input_ids.shape, generator=generator)  # BUG
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def replacement_range_one_short(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: an index into the non-special ids with randint(0, len - 1): the last id is never drawn."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    action = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(0, len(normal) - 1, input_ids.shape, generator=generator)]  # BUG
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def replacement_from_the_batch(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: the random replacement is a random non-special token *of the batch* (follows word frequencies)."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    action = torch.rand(input_ids.shape, generator=generator)
+    pool = input_ids[~special]
+    random_ids = pool[torch.randint(len(pool), input_ids.shape, generator=generator)]  # BUG
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def specials_by_id_below_five(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: 'special' = id < 5, as in taco's own vocabulary."""
+    special = input_ids < 5  # BUG
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    action = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def mask_id_written_in(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: [MASK] written as id 4 instead of tokenizer.mask_id."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    action = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), 4, input_ids)  # BUG
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def probability_written_in(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: BERT's 15 % written in, the argument ignored."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, 0.15, generator)  # BUG
+    action = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def second_draw_misread(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: mask if a < 0.8; otherwise random if a *new* draw b < 0.1 (so 2 % random, 18 % kept)."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    a = torch.rand(input_ids.shape, generator=generator)
+    b = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
+    inputs = torch.where(chosen & (a < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (a >= 0.8) & (b < 0.1), random_ids, inputs)  # BUG: b < 0.5 would be right
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def labels_only_where_masked(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: labels only for the tokens that became [MASK] (random and kept ones are not predicted)."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    action = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
+    masked = chosen & (action < 0.8)
+    inputs = torch.where(masked, tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(masked, input_ids, -100)  # BUG
+
+
+def masks_in_place(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: writes the masks into input_ids itself and returns it."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    labels = torch.where(chosen, input_ids, -100)
+    action = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
+    input_ids[chosen & (action < 0.8)] = tokenizer.mask_id  # BUG
+    rnd = chosen & (action >= 0.8) & (action < 0.9)
+    input_ids[rnd] = random_ids[rnd]
+    return input_ids, labels
+
+
+def global_random_state(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: torch.rand without the generator: every call masks differently."""
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
+    chosen = (torch.rand(input_ids.shape) < mlm_probability) & ~special  # BUG
+    action = torch.rand(input_ids.shape)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
+
+
+def only_padding_protected(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: only [PAD] is kept out; [CLS] and [SEP] can be chosen."""
+    special = input_ids == tokenizer.pad_id  # BUG
+    chosen = _choose(input_ids, special, mlm_probability, generator)
+    action = torch.rand(input_ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, input_ids, -100)
