@@ -21,11 +21,11 @@ Drawing needs matplotlib (`pip install matplotlib`); the rest of taco does not. 
 import os
 from collections import Counter
 
+import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-import cli
 import runs
 from cli import UsageError
 from data import make_blocks, tokenize_corpus
@@ -309,15 +309,18 @@ def main(argv=None):
                    help="the first held-out block (default: where --blocks blocks hold the most document boundaries)")
     c.add_argument("--blocks", type=cli.int_range(1, 8), default=2, help="consecutive blocks in the matrix")
     c.add_argument("--out", default="cosine.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+    cli.add_threads_flag(c)
     q = sub.add_parser("pca", help="2-D PCA of g of held-out tokens, coloured by block and by document topic (toy corpus)")
     q.add_argument("runs", nargs="+", help="taco run directories or checkpoints trained on the toy corpus")
     q.add_argument("--tokens", type=cli.int_range(2), default=3000, help="at most this many tokens")
     q.add_argument("--out", default="pca.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+    cli.add_threads_flag(q)
     k = sub.add_parser("curves", help="loss, MLM, each objective's own loss and contextual score vs step")
     k.add_argument("runs", nargs="+", help="taco run directories")
     k.add_argument("--out", default="curves.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
     args = p.parse_args(argv)
     with cli.errors():
+        cli.set_threads(getattr(args, "threads", None))
         out = output_file(args.out, args.picture)  # before any work
         if args.picture == "cosine":
             return cosine(args.runs, out, args.part, args.block, args.blocks)

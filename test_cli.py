@@ -103,7 +103,7 @@ def test_the_start_line_says_the_threads(tmp_path, capsys, run_taco, quick):
     assert "fp32 on cpu (1 thread: --threads)" in capsys.readouterr().out
 
 
-ENTRY_POINTS = ["taco", "finetune", "analyze", "bench", "data"]
+ENTRY_POINTS = ["taco", "finetune", "analyze", "bench", "data", "pictures"]
 
 
 @pytest.mark.parametrize("script", ENTRY_POINTS)
