@@ -3,6 +3,8 @@ CPU threads, the cache folder, paths given by the user, and the one-line error p
 
 User mistakes end with ONE line `error: ...` on stderr and exit code 2, never a traceback
 (docs/robustness.md). A run's engineering (files, locks, checkpoints, signals) is in runs.py.
+Scripts import cli before torch (see OMP_WAIT_POLICY below), so it imports torch only inside
+the functions that need it.
 """
 import argparse
 import contextlib
