@@ -69,6 +69,11 @@ class BertConfig:
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError("only absolute position embeddings are supported")
         names = {f.name for f in fields(cls)}
+        for k in names & d.keys():  # an edited config.json: one line naming the value, not a traceback later
+            v, default = d[k], getattr(cls, k)
+            if not (type(v) is type(default) or type(v) is int and type(default) is float) or v != v:  # v != v: NaN
+                want = {int: "a whole number", float: "a number", bool: "true or false"}[type(default)]
+                raise ValueError(f"config value {k} = {json.dumps(v)}: expected {want}")
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def to_hf_dict(self, architecture="BertForMaskedLM"):
