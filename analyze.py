@@ -9,9 +9,10 @@
                       correlation of the cosine with the human scores over all pairs
     self-similarity   per layer, the mean cosine of two distinct tokens of one sequence (TaCL's
                       analysis, Su et al. 2022), and with --heatmap one sentence's token-by-token cosines
-    sentence probes   what RetroMAE trains, the [CLS] vector as a sentence embedding (docs/retromae.md):
-                      retrieval in the BEIR layout (nDCG@10, MRR@10, Recall@100) and STS-format
-                      similarity (Spearman of the cosine with the gold scores)
+    sentence probes   a sentence vector, the [CLS] state (what RetroMAE trains) or the mean of the
+                      token states (what sentence encoders such as MiniLM use), docs/retromae.md:
+                      retrieval in the BEIR layout (nDCG@10, MRR@10, Recall@100, scored as
+                      trec_eval scores them) and STS-format similarity (Spearman of the cosine)
 
     python analyze.py --model runs/taco                       # toy corpus and toy word pairs
     python analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json
@@ -19,6 +20,7 @@
     python analyze.py --model runs/tacl --heatmap heatmap.png  # + one sentence's token x token cosines
     python analyze.py --model runs/retromae --retrieval toy --sts toy   # + the sentence probes
     python analyze.py --model hf_bert_dir --retrieval path/to/beir/scifact --similarity cos
+    python analyze.py --model minilm_dir --data wiki.txt --retrieval wiki_beir/   # mean pooling, its own
 
 For distances the score is inter - intra, so for every metric a positive score means that
 tokens of one context are closer to each other than to tokens of other contexts.
@@ -27,14 +29,16 @@ import argparse
 import json
 import math
 import os
+import sys
 
 import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 import runs
-from cli import UsageError, int_range
+from cli import DataError, UsageError, int_range
 from data import load_tokenizer, make_blocks, tokenize_corpus
 from finetune import load_pretrained, spearman
 from model import Bert
@@ -98,13 +102,45 @@ def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
     return out
 
 
+def probe_blocks(data, tok, max_len, eval_blocks, trained_on=True, cache_dir=None):
+    """-> ((k, max_len) ids of the blocks to probe, what they are). Text the model trained on: its
+    last min(eval_blocks, n // 10) blocks, the ones taco.py's evaluate holds out. Other text was
+    never trained on, so all of it is held out: its first eval_blocks blocks (all when fewer)."""
+    tokens = tokenize_corpus(data, tok, cache_dir)
+    blocks = make_blocks(tokens, max_len, tok.cls_id, tok.sep_id)
+    n = min(eval_blocks, len(blocks))
+    if trained_on:  # taco.py holds out at most a tenth (all of a corpus under ten blocks)
+        n = min(eval_blocks, len(blocks) // 10) or n
+    first = len(blocks) - n if trained_on else 0
+    text = tokens[first * blocks.body:(first + n) * blocks.body]  # the probed tokens, [CLS] / [SEP] of blocks aside
+    about = {"blocks": n, "of_blocks": len(blocks), "part": "last" if trained_on else "first",
+             "tokens": len(text), "documents": int(np.count_nonzero(text[:-1] == tok.sep_id)) + 1}
+    return blocks[first:first + n], about
+
+
+def batched(blocks, batch_size):
+    """(k, T) ids -> int64 tensors of batch_size blocks."""
+    return [torch.from_numpy(blocks[i:i + batch_size].astype(np.int64)) for i in range(0, len(blocks), batch_size)]
+
+
 def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None):
-    """The last `eval_blocks` blocks of the corpus (at most a tenth), as taco.py's evaluate
-    holds them out, in batches of int64 ids."""
-    blocks = make_blocks(tokenize_corpus(data, tok, cache_dir), max_len, tok.cls_id, tok.sep_id)
-    n_eval = min(eval_blocks, len(blocks) // 10) or min(eval_blocks, len(blocks))
-    _, held = blocks.split(len(blocks) - n_eval)
-    return [torch.from_numpy(held[i:i + batch_size].astype(np.int64)) for i in range(0, n_eval, batch_size)]
+    """The corpus's last `eval_blocks` blocks (at most a tenth), as taco.py's evaluate holds
+    them out, in batches of int64 ids."""
+    return batched(probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0], batch_size)
+
+
+def describe_probe(source, data, max_len, about, eval_blocks):
+    """The line that says what was probed."""
+    n, of = about["blocks"], about["of_blocks"]
+    if about["part"] == "last":
+        which = f"the last {n} of its {of:,} blocks of {max_len}, held out from training as taco.py holds them out"
+        if n < eval_blocks:
+            which += " (at most a tenth: it trained on the rest)"
+    elif n == of:
+        which = f"all {n} blocks of {max_len} (text the model did not train on is all held out)"
+    else:
+        which = f"the first {n} of {of:,} blocks of {max_len} (--eval_blocks {eval_blocks}: raise it to probe more)"
+    return f"{source}: probing {data}: {which}; {about['tokens']:,} tokens of {about['documents']:,} document(s)"
 
 
 # ----------------------------------------------------------------------------- self-similarity per layer (TaCL)
@@ -150,6 +186,16 @@ def token_cosines(encoder, tok, sentence):
     return tokens, (z @ z.T).numpy()
 
 
+PICTURE_FORMATS = ("png", "pdf", "svg")
+
+
+def picture_path(path, flag):
+    """Check a picture's path before any work: a writable file whose extension names the format."""
+    if os.path.splitext(path)[1][1:].lower() not in PICTURE_FORMATS:
+        raise UsageError(f"{flag} {path}: name a .{', .'.join(PICTURE_FORMATS)} file")
+    return cli.output_path(path, flag, folder=False)
+
+
 def plot_heatmaps(panels, tokens, path):
     """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
     Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
@@ -168,40 +214,61 @@ def plot_heatmaps(panels, tokens, path):
         ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
         ax.set_title(name, fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cosine")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    runs.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower(), dpi=100,
+                                                  bbox_inches="tight"))
+    plt.close(fig)
     print(f"heatmap: {path}")
+
+
+# ----------------------------------------------------------------------------- evaluation files
+
+def _lines(path, what):
+    """(line number, line) of a UTF-8 text file (a byte-order mark allowed); a FIFO, a folder or
+    bytes that are not UTF-8 are one error line naming where."""
+    cli.regular_file(path, what)
+    with open(path, "rb") as f:
+        for no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if no == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise UsageError(f"{what} {path} line {no} is not UTF-8 (byte 0x{raw[err.start]:02x}): "
+                                 f"save it as UTF-8") from None
+            yield no, line.rstrip("\r\n")
+
+
+def _score(text, path, no):
+    """A gold score -> float, or None when `text` is no number at all (a header's word). NaN and
+    infinities are refused, never dropped: a correlation over the other rows would be reported as
+    if it were over all of them."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        raise UsageError(f"{path} line {no}: score {text.strip()!r} is not a finite number; fix or remove the line")
+    return value
 
 
 # ----------------------------------------------------------------------------- word similarity
 
 def read_pairs(path):
     """[(word1, word2, score)] of a WordSim353-format file: `word1<TAB>word2<TAB>score`,
-    '#' comments and blank lines ignored; a first line without a numeric score is a header."""
+    '#' comments and blank lines ignored; a first line whose score is no number is a header
+    (a `nan` score is a number: refused like any non-finite score)."""
     if not os.path.lexists(path):
         raise UsageError(f"word-pair file {path} not found: pass a WordSim353-format file (word1<TAB>word2<TAB>score)")
-    cli.regular_file(path, "word-pair file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except UnicodeDecodeError:
-        raise UsageError(f"word-pair file {path} is not UTF-8 text") from None
     pairs, first = [], True
-    for no, line in enumerate(lines, 1):
+    for no, line in _lines(path, "word-pair file"):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         cols = line.split("\t") if "\t" in line else line.split(",") if "," in line else line.split()
-        try:
-            if len(cols) != 3:
-                raise ValueError
-            score = float(cols[2])
-            if not math.isfinite(score):
-                raise ValueError
-        except ValueError:
-            if first:  # WordSim353's own files open with "Word 1<TAB>Word 2<TAB>Human (mean)"
-                first = False
-                continue
-            raise UsageError(f"{path} line {no}: expected word1<TAB>word2<TAB>score, got {line[:60]!r}") from None
+        score = _score(cols[2], path, no) if len(cols) == 3 else None
+        if score is None and first:  # WordSim353's own files open with "Word 1<TAB>Word 2<TAB>Human (mean)"
+            first = False
+            continue
         first = False
+        if score is None:
+            raise UsageError(f"{path} line {no}: expected word1<TAB>word2<TAB>score, got {line[:60]!r}")
         pairs.append((cols[0].strip(), cols[1].strip(), score))
     if not pairs:
         raise UsageError(f"word-pair file {path} holds no pairs: add lines word1<TAB>word2<TAB>score")
@@ -247,129 +314,219 @@ def word_similarity(embeddings, tok, pairs, batches=None):
 
 # ----------------------------------------------------------------------------- sentence embeddings
 
+POOLING = ("cls", "mean")
+
+
 @torch.no_grad()
-def embed(encoder, tok, texts, max_len=128, batch_size=64):
-    """(N, H) float32 sentence embeddings: the last-layer [CLS] state of `[CLS] text [SEP]`
-    (cut to max_len), no pooler, as RetroMAE's retriever. Batches of similar length."""
+def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=None):
+    """(N, H) float32 sentence embeddings of `[CLS] text [SEP]` (cut to max_len), no pooler:
+    pooling "cls" takes the last-layer [CLS] state (RetroMAE's retriever), "mean" the mean of the
+    last-layer states of every real token, [CLS] and [SEP] included (sentence-transformers' mean
+    pooling, as MiniLM's sentence encoder uses it). Batches of similar length; a progress bar
+    named `desc` on a terminal."""
     was_training = encoder.training
     encoder.eval()
     device = next(encoder.parameters()).device
     ids = [[tok.cls_id] + tok.encode(t)[:max_len - 2] + [tok.sep_id] for t in texts]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = torch.empty(len(ids), encoder.config.hidden_size)
-    for i in range(0, len(order), batch_size):
+    for i in tqdm(range(0, len(order), batch_size), desc=desc, disable=None if desc else True, leave=False):
         rows = order[i:i + batch_size]
         T = max(len(ids[r]) for r in rows)
         batch = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
         for j, r in enumerate(rows):
             batch[j, :len(ids[r])] = torch.tensor(ids[r])
-        h, _ = encoder(batch.to(device), attention_mask=(batch != tok.pad_id).to(device))
-        out[rows] = h[:, 0].float().cpu()
+        real = (batch != tok.pad_id).to(device)
+        h, _ = encoder(batch.to(device), attention_mask=real)
+        if pooling == "mean":
+            real = real[..., None].float()  # (B, T, 1)
+            out[rows] = ((h.float() * real).sum(1) / real.sum(1)).cpu()
+        else:
+            out[rows] = h[:, 0].float().cpu()
     encoder.train(was_training)
     return out
 
 
-def _read_jsonl(path, what):
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                    title = row.get("title") or ""
-                    rows.append((str(row["_id"]), f"{title} {row['text']}" if title else row["text"]))
-                except (ValueError, KeyError, TypeError):
-                    raise UsageError(f"{path} line {no}: expected a JSON object with _id and text ({what})") from None
-    return rows
+def _read_jsonl(path, what, whats):
+    """[(_id, text)] of a BEIR corpus or queries file, title and text joined. A line repeated
+    (same _id, same text) counts once, with a warning; the same _id with another text is an error."""
+    rows, line_of, repeats, empty = {}, {}, 0, 0
+    for no, line in _lines(path, f"BEIR {whats} file"):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            raise UsageError(f"{path} line {no}: not JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise UsageError(f'{path} line {no}: a JSON {type(row).__name__}; a BEIR {what} is one object '
+                             f'{{"_id": ..., "title": ..., "text": ...}} per line')
+        rid = str(row["_id"]) if type(row.get("_id")) is int else row.get("_id")  # BEIR's ids are strings
+        title = row.get("title") or ""  # absent, null or ""
+        for key, value in (("_id", rid), ("text", row.get("text")), ("title", title)):
+            if not isinstance(value, str) or key == "_id" and not value:
+                got = f"is {json.dumps(row[key])[:40]}" if key in row else "is missing"
+                raise UsageError(f'{path} line {no}: "{key}" {got}, not a string; a BEIR {what} is one '
+                                 f'object {{"_id": ..., "title": ..., "text": ...}} per line')
+        text = f"{title} {row['text']}" if title else row["text"]
+        if rid in rows:
+            if rows[rid] != text:
+                raise UsageError(f"{path} lines {line_of[rid]} and {no}: two {whats} with _id {rid!r} and different "
+                                 f"texts; keep one")
+            repeats += 1
+            continue
+        rows[rid], line_of[rid] = text, no
+        empty += not text.strip()
+    if repeats:
+        print(f"warning: {path}: {repeats} line(s) repeat the _id and text of an earlier one; counted once",
+              file=sys.stderr)
+    if empty:
+        print(f"warning: {path}: {empty} of its {whats} have no text; each embeds as [CLS] [SEP] alone", file=sys.stderr)
+    return list(rows.items())
 
 
 def read_beir(folder, split="test"):
     """A BEIR data set folder -> (corpus [(id, text)], queries [(id, text)], qrels {qid: {doc id: grade}}).
     Layout: corpus.jsonl ({"_id", "title", "text"}), queries.jsonl ({"_id", "text"}),
-    qrels/<split>.tsv (query-id, corpus-id, score; a header line). Title and text are joined."""
+    qrels/<split>.tsv (query-id, corpus-id, integer score; a header line; trec_eval's four-column
+    qrels are read too). Title and text are joined. Duplicates: see _read_jsonl; a judgement given
+    twice with two grades is an error."""
+    layout = f"a BEIR folder (corpus.jsonl, queries.jsonl, qrels/{split}.tsv)"
+    if not os.path.isdir(folder):
+        raise UsageError(f"--retrieval {folder} is not a folder: pass {layout}")
     paths = [os.path.join(folder, n) for n in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{split}.tsv"))]
     for path in paths:
-        if not os.path.isfile(path):
-            raise UsageError(f"{path} not found: --retrieval takes a BEIR folder (corpus.jsonl, queries.jsonl, "
-                             f"qrels/{split}.tsv)")
-    corpus, queries = _read_jsonl(paths[0], "a document"), _read_jsonl(paths[1], "a query")
-    qrels = {}
-    with open(paths[2], encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            cols = line.rstrip("\n").split("\t")
-            if no == 1 and not cols[-1].strip().lstrip("-").isdigit():
-                continue  # the header
-            if len(cols) != 3 or not cols[2].strip().lstrip("-").isdigit():
-                raise UsageError(f"{paths[2]} line {no}: expected query-id<TAB>corpus-id<TAB>integer score")
-            qrels.setdefault(cols[0], {})[cols[1]] = int(cols[2])
+        if not os.path.lexists(path):
+            raise UsageError(f"{path} not found: --retrieval takes {layout}")
+    corpus, queries = _read_jsonl(paths[0], "document", "documents"), _read_jsonl(paths[1], "query", "queries")
+    qrels, line_of, header = {}, {}, True
+    for no, line in _lines(paths[2], "BEIR qrels file"):
+        if not line.strip():
+            continue
+        cols = line.split("\t") if "\t" in line else line.split()
+        if len(cols) == 4:  # trec_eval's qrels: query, iteration, document, grade
+            cols = [cols[0], cols[2], cols[3]]
+        try:
+            grade = int(cols[-1])
+        except ValueError:
+            grade = None
+        if header and grade is None:
+            header = False
+            continue
+        header = False
+        if len(cols) != 3 or grade is None:
+            raise UsageError(f"{paths[2]} line {no}: expected query-id<TAB>corpus-id<TAB>integer score")
+        qid, did = cols[:2]
+        if qrels.setdefault(qid, {}).get(did, grade) != grade:
+            raise UsageError(f"{paths[2]} lines {line_of[qid, did]} and {no}: query {qid!r} judges document "
+                             f"{did!r} twice, {qrels[qid][did]} and {grade}; keep one")
+        qrels[qid][did] = grade
+        line_of.setdefault((qid, did), no)
+    query_ids, doc_ids = {qid for qid, _ in queries}, {did for did, _ in corpus}
+    if not corpus:
+        raise UsageError(f"{paths[0]} holds no documents")
+    if not query_ids & qrels.keys():
+        raise UsageError(f"no query of {paths[1]} is judged in {paths[2]}: do their query ids match?")
+    unknown = len(qrels.keys() - query_ids)
+    absent = sum(g > 0 and did not in doc_ids for qid in qrels.keys() & query_ids for did, g in qrels[qid].items())
+    if unknown:
+        print(f"warning: {unknown} query id(s) of {paths[2]} are not in queries.jsonl: left out", file=sys.stderr)
+    if absent:
+        print(f"warning: {absent} relevant judgement(s) of {paths[2]} name documents that are not in corpus.jsonl: "
+              f"they count as not retrieved, as in BEIR and trec_eval", file=sys.stderr)
     return corpus, queries, qrels
 
 
-def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100):
-    """BEIR's measures (as pytrec_eval computes them) of a (Q, D) score matrix -> means over queries.
-    relevance: per query, {document index: grade}. nDCG@k: gain = grade, discount log2(rank + 1),
-    ideal from all graded documents; MRR@k: 1 / rank of the first document of grade > 0 in the
-    top k, else 0; Recall@k: share of the grade > 0 documents in the top k. Ties: earlier document first."""
-    k_max = min(max(k_ndcg, k_mrr, k_recall), scores.size(1))
-    top = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k_max]  # (Q, k)
+def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100, doc_ids=None, skip=None):
+    """BEIR's measures, as pytrec_eval (trec_eval) computes them, of a (Q, D) score matrix -> means over queries.
+
+    relevance  per query, {document id: grade}; the ids are `doc_ids` (default: the column numbers).
+               A judged document that is no column is never retrieved, but counts in the ideal
+               ranking and in the number of relevant documents (as in BEIR and trec_eval).
+    skip       per query, a column left out of its ranking, or None (BEIR's ignore_identical_ids).
+    ranking    score descending, ties by document id descending: trec_eval's rule.
+    nDCG@k     gain = grade (negative grades count 0), discount log2(rank + 1), ideal from every judged document.
+    MRR@k      1 / rank of the first document of grade > 0 in the top k, else 0.
+    Recall@k   the share of the grade > 0 documents in the top k (0 for a query without any).
+    """
+    Q, D = scores.shape
+    doc_ids = list(range(D)) if doc_ids is None else doc_ids
+    by_id = torch.tensor(sorted(range(D), key=doc_ids.__getitem__, reverse=True), dtype=torch.long)
+    k_max = max(k_ndcg, k_mrr, k_recall)
+    k_sort = min(k_max + (skip is not None), D)
+    discount = [1 / math.log2(r + 2) for r in range(k_max)]
     ndcg, mrr, recall = [], [], []
-    for q, rel in enumerate(relevance):
-        ranked = [rel.get(d, 0) for d in top[q].tolist()]
-        discount = [1 / math.log2(r + 2) for r in range(k_max)]
-        ideal = sorted(rel.values(), reverse=True)[:k_ndcg]
-        idcg = sum(g * d for g, d in zip(ideal, discount))
-        ndcg.append(sum(g * d for g, d in zip(ranked[:k_ndcg], discount)) / idcg if idcg > 0 else 0.0)
-        first = next((r for r, g in enumerate(ranked[:k_mrr]) if g > 0), None)
-        mrr.append(0.0 if first is None else 1 / (first + 1))
-        n_rel = sum(g > 0 for g in rel.values())
-        recall.append(sum(g > 0 for g in ranked[:k_recall]) / n_rel if n_rel else 0.0)
+    for start in range(0, Q, 256):  # a stable sort over columns in id order: equal scores stay id-descending
+        part = scores[start:start + 256, by_id]
+        top = by_id[torch.sort(part, dim=1, descending=True, stable=True).indices[:, :k_sort]]
+        for q, cols in enumerate(top.tolist(), start):
+            rel = relevance[q]
+            ranked = [rel.get(doc_ids[c], 0) for c in cols if skip is None or c != skip[q]][:k_max]
+            gains = [max(g, 0) for g in ranked]
+            ideal = sorted((max(g, 0) for g in rel.values()), reverse=True)[:k_ndcg]
+            idcg = sum(g * d for g, d in zip(ideal, discount))
+            ndcg.append(sum(g * d for g, d in zip(gains[:k_ndcg], discount)) / idcg if idcg > 0 else 0.0)
+            first = next((r for r, g in enumerate(ranked[:k_mrr]) if g > 0), None)
+            mrr.append(0.0 if first is None else 1 / (first + 1))
+            n_rel = sum(g > 0 for g in rel.values())
+            recall.append(sum(g > 0 for g in ranked[:k_recall]) / n_rel if n_rel else 0.0)
     return {f"ndcg@{k_ndcg}": float(np.mean(ndcg)), f"mrr@{k_mrr}": float(np.mean(mrr)),
-            f"recall@{k_recall}": float(np.mean(recall)), "queries": len(relevance)}
+            f"recall@{k_recall}": float(np.mean(recall)), "queries": Q}
 
 
-def cls_retrieval(encoder, tok, folder, similarity="dot", max_len=128, split="test"):
-    """Zero-shot dense retrieval with [CLS] vectors on a BEIR folder: dot product (RetroMAE's
-    choice) or cosine. Queries without judgements are left out, as BEIR does."""
-    corpus, queries, qrels = read_beir(folder, split)
-    queries = [(qid, text) for qid, text in queries if qid in qrels]
-    if not queries or not corpus:
-        raise UsageError(f"{folder}: no judged queries or no documents")
-    doc_index = {did: i for i, (did, _) in enumerate(corpus)}
-    d = embed(encoder, tok, [t for _, t in corpus], max_len)
-    q = embed(encoder, tok, [t for _, t in queries], max_len)
+def dense_retrieval(encoder, tok, beir, similarity="dot", max_len=128, pooling="cls"):
+    """Zero-shot dense retrieval on a BEIR data set (read_beir's result): each text one vector
+    (`embed`'s pooling), ranked by dot product (RetroMAE's choice) or cosine. As BEIR evaluates:
+    queries without judgements are left out, and a document whose id is its query's is not ranked
+    for it (BEIR's ignore_identical_ids)."""
+    corpus, queries, qrels = beir
+    judged = [(qid, text) for qid, text in queries if qid in qrels]
+    doc_ids = [did for did, _ in corpus]
+    column = {did: i for i, did in enumerate(doc_ids)}
+    d = embed(encoder, tok, [t for _, t in corpus], max_len, pooling=pooling, desc="embedding documents")
+    q = embed(encoder, tok, [t for _, t in judged], max_len, pooling=pooling, desc="embedding queries")
     if similarity == "cos":
         d, q = F.normalize(d, dim=-1), F.normalize(q, dim=-1)
-    relevance = [{doc_index[did]: g for did, g in qrels[qid].items() if did in doc_index} for qid, _ in queries]
-    return {"similarity": similarity, "documents": len(corpus), **retrieval_metrics(q @ d.T, relevance)}
+    skip = [column.get(qid) for qid, _ in judged]
+    metrics = retrieval_metrics(q @ d.T, [qrels[qid] for qid, _ in judged], doc_ids=doc_ids, skip=skip)
+    return {"similarity": similarity, "pooling": pooling, "documents": len(corpus), **metrics,
+            "same_id_skipped": sum(c is not None for c in skip)}
 
 
 def read_sts(path):
-    """[(sentence1, sentence2, score)] of an STS-format TSV with a header (STS-B's columns
-    sentence1, sentence2 and score, or the first three columns when those names are absent)."""
-    if not os.path.isfile(path):
+    """[(sentence1, sentence2, score)] of an STS-format TSV: STS-B's columns sentence1, sentence2
+    and score when a header names them, else the first three columns, after a header line if the
+    first line's score is no number. Scores must be finite and not all equal."""
+    if not os.path.lexists(path):
         raise UsageError(f"STS file {path} not found: pass a TSV with sentence1, sentence2, score columns")
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
-    header = rows.pop(0) if rows else []
-    cols = [header.index(c) for c in ("sentence1", "sentence2", "score")] if {"sentence1", "sentence2", "score"} <= set(header) \
-        else [0, 1, 2]
+    rows = [(no, line.split("\t")) for no, line in _lines(path, "STS file") if line.strip()]
+    cols = [0, 1, 2]
+    if rows and {"sentence1", "sentence2", "score"} <= set(rows[0][1]):
+        header = rows.pop(0)[1]
+        cols = [header.index(c) for c in ("sentence1", "sentence2", "score")]
+    elif rows and (len(rows[0][1]) < 3 or _score(rows[0][1][2], path, rows[0][0]) is None):
+        rows.pop(0)  # a header with other names
     pairs = []
-    for no, row in enumerate(rows, 2):
-        try:
-            pairs.append((row[cols[0]], row[cols[1]], float(row[cols[2]])))
-        except (IndexError, ValueError):
-            raise UsageError(f"{path} line {no}: expected sentence1<TAB>sentence2<TAB>score") from None
+    for no, row in rows:
+        score = _score(row[cols[2]], path, no) if len(row) > max(cols) else None
+        if score is None:
+            got = "\t".join(row)[:60]
+            raise UsageError(f"{path} line {no}: expected sentence1<TAB>sentence2<TAB>score, got {got!r}")
+        pairs.append((row[cols[0]], row[cols[1]], score))
     if len(pairs) < 2:
         raise UsageError(f"STS file {path} holds fewer than two pairs")
+    if len({p[2] for p in pairs}) == 1:
+        raise UsageError(f"every score of {path} is {pairs[0][2]:g}: a correlation needs scores that differ")
     return pairs
 
 
-def sentence_similarity(encoder, tok, pairs, max_len=128):
-    """Spearman of the [CLS] cosine with the gold scores, no fine-tuning (SimCSE-style STS)."""
-    a = embed(encoder, tok, [p[0] for p in pairs], max_len)
-    b = embed(encoder, tok, [p[1] for p in pairs], max_len)
+def sentence_similarity(encoder, tok, pairs, max_len=128, pooling="cls"):
+    """Spearman of the cosine of two sentence vectors (`embed`'s pooling) with the gold scores, no
+    fine-tuning (SimCSE-style STS)."""
+    a = embed(encoder, tok, [p[0] for p in pairs], max_len, pooling=pooling)
+    b = embed(encoder, tok, [p[1] for p in pairs], max_len, pooling=pooling)
     cos = F.cosine_similarity(a, b, dim=-1)
-    return {"pairs": len(pairs), "spearman": spearman(cos.tolist(), [p[2] for p in pairs]),
+    return {"pairs": len(pairs), "pooling": pooling, "spearman": spearman(cos.tolist(), [p[2] for p in pairs]),
             "mean_cosine": cos.mean().item()}
 
 
@@ -377,8 +534,19 @@ def sentence_similarity(encoder, tok, pairs, max_len=128):
 
 def load_encoder(spec):
     """-> (Bert encoder, tokenizer, checkpoint args or {}, source) of a taco run directory,
-    checkpoint file or Hugging Face directory (finetune.load_pretrained finds and checks it)."""
+    checkpoint file or Hugging Face directory (finetune.load_pretrained finds and checks it);
+    its vocab.txt must fit the embeddings and its weights must be finite."""
     config, weights, vocab, source = load_pretrained(spec)
+    tok = load_tokenizer(vocab)
+    if tok.vocab_size > config.vocab_size:  # ids past the embeddings: an IndexError later
+        raise UsageError(f"{vocab} has {tok.vocab_size:,} tokens but the model {config.vocab_size:,} embeddings: "
+                         f"use the vocab.txt that came with {spec}")
+    if tok.vocab_size < config.vocab_size:
+        print(f"warning: {vocab} has {tok.vocab_size:,} tokens, the model {config.vocab_size:,} embeddings: right for "
+              f"a padded vocabulary, wrong if this vocab.txt is not the model's", file=sys.stderr)
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise UsageError(f"{source} holds NaN or infinite weights ({bad[0]}): pass a checkpoint from before they diverged")
     encoder = Bert(config)
     encoder.load_state_dict({k[5:]: v for k, v in weights.items() if k.startswith("bert.")})
     run_args = {}
@@ -386,7 +554,56 @@ def load_encoder(spec):
         cfg = os.path.join(os.path.dirname(source), "config.json")
         if os.path.isfile(cfg):
             run_args = runs.read_json(cfg).get("args", {})
-    return encoder.eval(), load_tokenizer(vocab), run_args, source
+            if not isinstance(run_args, dict):
+                raise UsageError(f'{cfg}: "args" is a JSON {type(run_args).__name__}, not an object; edited?')
+    return encoder.eval(), tok, run_args, source
+
+
+def sentence_defaults(source):
+    """(pooling, similarity, where from) for the sentence probes: a sentence-transformers folder's
+    own (its Pooling module's mode; cosine, sentence-transformers' similarity), else [CLS] and dot
+    product (RetroMAE's)."""
+    path = os.path.join(source, "modules.json")
+    if not os.path.isfile(path):
+        return "cls", "dot", "RetroMAE's, the default"
+    try:
+        with open(path, encoding="utf-8") as f:
+            folder = next(m["path"] for m in json.load(f) if m["type"].endswith(".Pooling"))
+        with open(os.path.join(source, folder, "config.json"), encoding="utf-8") as f:
+            modes = sorted(k for k, v in json.load(f).items() if k.startswith("pooling_mode") and v is True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
+        print(f"warning: {path} names no readable Pooling module: [CLS] pooling", file=sys.stderr)
+        return "cls", "cos", "sentence-transformers'"
+    pooling = {("pooling_mode_cls_token",): "cls", ("pooling_mode_mean_tokens",): "mean"}.get(tuple(modes))
+    if pooling is None:
+        print(f"warning: {source} pools by {', '.join(modes) or 'nothing'}; only cls and mean are offered: "
+              f"[CLS] pooling", file=sys.stderr)
+    return pooling or "cls", "cos", "its sentence-transformers config"
+
+
+def _run_arg(run_args, key, kind, source):
+    """A setting of the run that wrote `source` (None if absent), checked: its config.json may be edited."""
+    value = run_args.get(key)
+    if value is not None and type(value) is not kind:
+        raise UsageError(f"the config.json beside {source} has {key} = {json.dumps(value)}, not a "
+                         f"{'whole number' if kind is int else 'string'}: pass --{key}")
+    return value
+
+
+def _same_text(a, b):
+    """Whether two --data values name the same sources (paths compared resolved)."""
+    norm = lambda spec: [os.path.realpath(s) if os.path.exists(s) else s
+                         for s in (x.strip() for x in str(spec).split(",")) if s]
+    return norm(a) == norm(b)
+
+
+def _finite(obj):
+    """A copy of a result with NaN / infinities as None: strict JSON (NaN is not JSON)."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
 def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
@@ -408,15 +625,17 @@ def format_report(result):
                  + ", ".join(f"{i} {v:.3f}" for i, v in enumerate(result["self_similarity"], 1)))
     w = result["wordsim"]
     lines.append(f"word similarity (Fig. 3a): mean cosine {w['cooc_mean_cosine']:.4f} of the {w['cooc_pairs']} "
-                 f"pairs that co-occur in a held-out document")
+                 f"pairs that co-occur in a held-out document" if w["cooc_pairs"] else
+                 "word similarity (Fig. 3a): no pair co-occurs in a held-out document (probe more text)")
     lines.append(f"  extra: Spearman {w['spearman']:.4f} with the human scores, mean cosine {w['mean_cosine']:.4f}, "
                  f"over {w['used']} pairs ({w['skipped']} of {w['pairs']} skipped: not single tokens)")
     if "retrieval" in result:
         r = result["retrieval"]
-        lines.append(f"[CLS] retrieval ({r['similarity']}, {r['queries']} queries, {r['documents']} documents): "
-                     f"nDCG@10 {r['ndcg@10']:.4f}, MRR@10 {r['mrr@10']:.4f}, Recall@100 {r['recall@100']:.4f}")
+        lines.append(f"retrieval ({r['pooling']} pooling, {r['similarity']}, {r['queries']} queries, {r['documents']} "
+                     f"documents): nDCG@10 {r['ndcg@10']:.4f}, MRR@10 {r['mrr@10']:.4f}, Recall@100 {r['recall@100']:.4f}")
     if "sts" in result:
-        lines.append(f"[CLS] sentence similarity: Spearman {result['sts']['spearman']:.4f} over {result['sts']['pairs']} pairs")
+        s = result["sts"]
+        lines.append(f"sentence similarity ({s['pooling']} pooling, cosine): Spearman {s['spearman']:.4f} over {s['pairs']} pairs")
     return "\n".join(lines)
 
 
@@ -429,21 +648,27 @@ def main(argv=None):
                    "default: the run's own --data, else toy")
     p.add_argument("--max_len", type=int_range(8, 512), default=None, help="block length; default: the run's, else 128")
     p.add_argument("--eval_blocks", type=int_range(2), default=64,
-                   help="held-out blocks: the corpus's last ones, as in taco.py")
+                   help="blocks probed: of the run's own text its last ones, as taco.py holds them out (at most a "
+                   "tenth); of other text (--data) the first ones, all of it when shorter")
     p.add_argument("--batch_size", type=int_range(2), default=32,
                    help="blocks per batch; 'inter' pairs come from one batch")
     p.add_argument("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
     p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
                    "or toy: the toy corpus's wordsim.txt")
     p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--retrieval", default=None, help="also: [CLS] retrieval on a BEIR folder (corpus.jsonl, "
+    p.add_argument("--retrieval", default=None, help="also: dense retrieval on a BEIR folder (corpus.jsonl, "
                    "queries.jsonl, qrels/test.tsv), or toy: the toy grammar's")
-    p.add_argument("--similarity", default="dot", choices=["dot", "cos"], help="retrieval score of two [CLS] vectors")
-    p.add_argument("--sts", default=None, help="also: Spearman of the [CLS] cosine on an STS-format TSV "
-                   "(sentence1, sentence2, score), or toy")
+    p.add_argument("--sts", default=None, help="also: Spearman of the cosine of two sentence vectors on an "
+                   "STS-format TSV (sentence1, sentence2, score), or toy")
+    p.add_argument("--pooling", default=None, choices=POOLING, help="sentence vector of --retrieval and --sts: the "
+                   "last-layer [CLS] state (RetroMAE's) or the mean over every real token (sentence-transformers'); "
+                   "default: a sentence-transformers folder's own, else cls")
+    p.add_argument("--similarity", default=None, choices=["dot", "cos"], help="retrieval score of two sentence "
+                   "vectors; default: cos for a sentence-transformers folder, else dot (RetroMAE's)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     cli.add_threads_flag(p)
-    p.add_argument("--heatmap", default=None, help="PNG of one sentence's token x token last-layer cosines")
+    p.add_argument("--heatmap", default=None, help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's "
+                   "token x token last-layer cosines")
     p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
                    "the toy corpus's first)")
     args = p.parse_args(argv)
@@ -453,41 +678,59 @@ def main(argv=None):
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:
             raise UsageError(f"unknown metric {', '.join(bad) or repr(args.metrics)}; choose from {', '.join(METRICS)}")
+        # every user mistake is caught before the model runs
         pairs_file = os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs
-        pairs = read_pairs(pairs_file)  # every user mistake is caught before the model runs
-        for flag in ("json", "heatmap"):
-            if getattr(args, flag):
-                cli.output_path(getattr(args, flag), f"--{flag}", folder=False)
+        pairs = read_pairs(pairs_file)
+        if args.json:
+            cli.output_path(args.json, "--json", folder=False)
+        if args.heatmap:
+            picture_path(args.heatmap, "--heatmap")
+            if args.json and os.path.abspath(args.json) == os.path.abspath(args.heatmap):
+                raise UsageError(f"--json and --heatmap both name {args.json}: give two files")
         toy_eval = toy_sentence_eval(args.cache_dir) if "toy" in (args.retrieval, args.sts) else None
         retrieval = args.retrieval and (os.path.join(toy_eval, "retrieval") if args.retrieval == "toy" else args.retrieval)
         sts_pairs = args.sts and read_sts(os.path.join(toy_eval, "sts.tsv") if args.sts == "toy" else args.sts)
-        if retrieval:
-            read_beir(retrieval)  # a bad folder fails before the model runs
+        beir = retrieval and read_beir(retrieval)
         encoder, tok, run_args, source = load_encoder(args.model)
         if word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["used"] == 0:
             raise UsageError(f"none of the {len(pairs)} pairs of {pairs_file} are two single tokens of "
                              f"this model's vocab; pass --pairs for its vocabulary")
-        data = args.data or run_args.get("data", "toy")
-        max_len = args.max_len or run_args.get("max_len", 128)
+        run_data = _run_arg(run_args, "data", str, source)
+        data = args.data or run_data or "toy"
+        max_len = args.max_len or _run_arg(run_args, "max_len", int, source) or 128
         if not 8 <= max_len <= encoder.config.max_position_embeddings:
             raise UsageError(f"--max_len {max_len}: give 8 to {encoder.config.max_position_embeddings}")
-        batches = heldout_batches(data, tok, max_len, args.eval_blocks, args.batch_size, args.cache_dir)
-        if len(batches[0]) < 2:
+        trained_on = run_data is not None and _same_text(data, run_data)
+        try:
+            held, about = probe_blocks(data, tok, max_len, args.eval_blocks, trained_on, args.cache_dir)
+        except DataError as err:
+            if args.data:
+                raise
+            raise DataError(f"{err} (the run's own --data, read from its config.json; pass --data)") from None
+        if len(held) < 2:
             raise UsageError(f"{data} gives only one block of {max_len} tokens: 'inter' pairs need two; "
                              f"pass more text or a smaller --max_len")
-        result = {"model": source, "data": data, "max_len": max_len, "blocks": sum(len(b) for b in batches),
+        print(describe_probe(source, data, max_len, about, args.eval_blocks))
+        batches = batched(held, args.batch_size)
+        result = {"model": source, "data": data, "max_len": max_len, "blocks": len(held), "probe": about,
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
-        if retrieval:
-            result["retrieval"] = {"folder": retrieval, **cls_retrieval(encoder, tok, retrieval, args.similarity, max_len)}
+        if beir or sts_pairs:
+            default = sentence_defaults(source)
+            pooling, similarity = args.pooling or default[0], args.similarity or default[1]
+            said = [f"{pooling} pooling ({'--pooling' if args.pooling else default[2]})"]
+            if beir:
+                said.append(f"{similarity} similarity ({'--similarity' if args.similarity else default[2]})")
+            print(f"sentence vectors: {', '.join(said)}")
+        if beir:
+            result["retrieval"] = {"folder": retrieval, **dense_retrieval(encoder, tok, beir, similarity, max_len, pooling)}
         if sts_pairs:
-            result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len)
-        print(f"{source}: {result['blocks']} held-out blocks of {max_len} from {data}")
+            result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len, pooling)
         print(format_report(result))
+        if args.json:  # before the picture: a picture that fails never costs the numbers
+            runs.write_json(args.json, _finite(result))  # all or nothing
         if args.heatmap:
             tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
             plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)
-        if args.json:
-            runs.write_json(args.json, result)  # all or nothing
         return result
 
 

@@ -329,6 +329,7 @@ def retromae_study(args, pairs, device):
     tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
     evalset = toy_sentence_eval(args.cache_dir)
     sts = analyze.read_sts(os.path.join(evalset, "sts.tsv"))
+    beir = analyze.read_beir(os.path.join(evalset, "retrieval"))
     cfg = runs.read_json(os.path.join(stage0, "config.json"))["args"]
     batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
     ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
@@ -336,7 +337,7 @@ def retromae_study(args, pairs, device):
     for name, run in [("init (MLM stage 0)", stage0)] + list(run_dirs.items()):
         encoder, _, _, _ = analyze.load_encoder(runs.latest_checkpoint(run))
         steps = args.steps + (0 if run == stage0 else args.continue_steps)
-        ret = analyze.cls_retrieval(encoder, tok, os.path.join(evalset, "retrieval"), "dot")
+        ret = analyze.dense_retrieval(encoder, tok, beir, "dot")
         res = analyze.analyze(encoder, tok, batches, pairs)
         weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
         scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []

