@@ -538,12 +538,9 @@ def load_encoder(spec):
     its vocab.txt must fit the embeddings and its weights must be finite."""
     config, weights, vocab, source = load_pretrained(spec)
     tok = load_tokenizer(vocab)
-    if tok.vocab_size > config.vocab_size:  # ids past the embeddings: an IndexError later
-        raise UsageError(f"{vocab} has {tok.vocab_size:,} tokens but the model {config.vocab_size:,} embeddings: "
-                         f"use the vocab.txt that came with {spec}")
-    if tok.vocab_size < config.vocab_size:
-        print(f"warning: {vocab} has {tok.vocab_size:,} tokens, the model {config.vocab_size:,} embeddings: right for "
-              f"a padded vocabulary, wrong if this vocab.txt is not the model's", file=sys.stderr)
+    if tok.vocab_size != config.vocab_size:  # more: ids past the embeddings; fewer: most likely another vocab
+        raise UsageError(f"{spec}: its vocab.txt has {tok.vocab_size:,} tokens but the model has {config.vocab_size:,} "
+                         f"word embeddings; put beside it the vocab.txt the model was trained with")
     bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise UsageError(f"{source} holds NaN or infinite weights ({bad[0]}): pass a checkpoint from before they diverged")
