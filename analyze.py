@@ -25,7 +25,6 @@
 For distances the score is inter - intra, so for every metric a positive score means that
 tokens of one context are closer to each other than to tokens of other contexts.
 """
-import argparse
 import json
 import math
 import os
@@ -639,8 +638,8 @@ def format_report(result):
 
 
 def main(argv=None):
-    p = cli.ArgumentParser(description="Contextual score and word similarity of a checkpoint.",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.ArgumentParser(description="Probes of a checkpoint: contextual score, self-similarity, word similarity; "
+                           "with --retrieval / --sts, its sentence vectors.", formatter_class=cli.HelpFormatter)
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), "
                    "checkpoint file, or Hugging Face BERT directory with vocab.txt")
     p.add_argument("--data", default=None, help="text for the contextual score (as taco.py --data); "
@@ -672,7 +671,7 @@ def main(argv=None):
                    "the toy corpus's first)")
     args = p.parse_args(argv)
     with cli.errors():
-        cli.set_threads(args.threads)
+        threads = cli.set_threads(args.threads)  # float sums, so the numbers, depend on it
         metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
         bad = [m for m in metrics if m not in METRICS]
         if bad or not metrics:
@@ -709,7 +708,7 @@ def main(argv=None):
         if len(held) < 2:
             raise UsageError(f"{data} gives only one block of {max_len} tokens: 'inter' pairs need two; "
                              f"pass more text or a smaller --max_len")
-        print(describe_probe(source, data, max_len, about, args.eval_blocks))
+        print(f"{describe_probe(source, data, max_len, about, args.eval_blocks)} ({threads[0]} thread(s): {threads[1]})")
         batches = batched(held, args.batch_size)
         result = {"model": source, "data": data, "max_len": max_len, "blocks": len(held), "probe": about,
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
