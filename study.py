@@ -41,6 +41,7 @@ import runs
 import taco
 from cli import float_range, int_range
 from data import load_tokenizer
+from evalsets import read_beir, read_pairs, read_sts
 from model import BertConfig, BertForPreTraining
 from toy import toy_corpus, toy_sentence_eval
 
@@ -328,8 +329,8 @@ def retromae_study(args, pairs, device):
     run_dirs = {name: pretrain(name, cont, seed, args.out) for name in RETROMAE_VARIANTS}
     tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
     evalset = toy_sentence_eval(args.cache_dir)
-    sts = analyze.read_sts(os.path.join(evalset, "sts.tsv"))
-    beir = analyze.read_beir(os.path.join(evalset, "retrieval"))
+    sts = read_sts(os.path.join(evalset, "sts.tsv"))
+    beir = read_beir(os.path.join(evalset, "retrieval"))
     cfg = runs.read_json(os.path.join(stage0, "config.json"))["args"]
     batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
     ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
@@ -418,7 +419,7 @@ def main(argv=None):
         device = cli.device(args.device)
         if len(set(args.seed)) < len(args.seed):
             raise cli.UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
-        pairs = analyze.read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
+        pairs = read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
                                    if args.pairs == "toy" else args.pairs)  # a bad file fails before training
         if args.plot:
             cli.output_path(args.plot, "--plot", folder=False)

@@ -16,6 +16,7 @@ import data
 import toy
 import taco
 from data import decoder_visible, mask_selected, retromae_batch, whole_word_mask
+from evalsets import read_beir, read_sts
 from model import BertConfig, RetroMAEForPreTraining
 from taco import DecoderInputs, retromae_loss
 
@@ -354,24 +355,23 @@ def test_embed_ignores_padding_and_reads_beir(tmp_path, tok):
     (beir / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": texts[2]}) + "\n"
                                         + json.dumps({"_id": "unjudged", "text": "x"}) + "\n")
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td2\t1\n")
-    r = analyze.dense_retrieval(model.bert, tok, analyze.read_beir(str(beir)), similarity="cos")
+    r = analyze.dense_retrieval(model.bert, tok, read_beir(str(beir)), similarity="cos")
     assert r["queries"] == 1 and r["documents"] == 3
     assert r["mrr@10"] == 1.0 and r["ndcg@10"] == pytest.approx(1.0)  # cosine: the document itself is first
     with pytest.raises(cli.UsageError, match="integer score"):
         (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td2\n")
-        analyze.read_beir(str(beir))
+        read_beir(str(beir))
 
 
 def test_toy_sentence_eval_sets(tok):
-    import analyze
     folder = toy.toy_sentence_eval()
     before = sorted(os.listdir(toy.toy_corpus()))
-    corpus, queries, qrels = analyze.read_beir(os.path.join(folder, "retrieval"))
+    corpus, queries, qrels = read_beir(os.path.join(folder, "retrieval"))
     docs = dict(corpus)
     for qid, text in queries[:50]:
         source = [d for d, g in qrels[qid].items() if g == 2]
         assert len(source) == 1 and text in docs[source[0]]  # the query is a sentence of its source
         assert set(qrels[qid].values()) == {1, 2}
-    pairs = analyze.read_sts(os.path.join(folder, "sts.tsv"))
+    pairs = read_sts(os.path.join(folder, "sts.tsv"))
     assert len(pairs) == 1000 and {p[2] for p in pairs} == {0.0, 1.0, 2.0}
     assert sorted(os.listdir(toy.toy_corpus())) == before  # the toy corpus is untouched

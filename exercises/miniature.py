@@ -36,6 +36,7 @@ import runs  # noqa: E402
 import finetune  # noqa: E402
 import taco  # noqa: E402
 from data import load_tokenizer  # noqa: E402
+from evalsets import read_pairs  # noqa: E402
 from toy import toy_corpus  # noqa: E402
 
 # taco.py flags shared by every miniature run: the tiny recipe with 4x fewer tokens a step, fewer
@@ -187,7 +188,7 @@ def wordsim(run_dir):
     same-topic words should be close."""
     import analyze
     encoder, tok, _, _ = analyze.load_encoder(run_dir)
-    pairs = analyze.read_pairs(os.path.join(toy_corpus(), "wordsim.txt"))
+    pairs = read_pairs(os.path.join(toy_corpus(), "wordsim.txt"))
     with threads(1):
         return analyze.word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["spearman"]
 
