@@ -14,7 +14,6 @@ import torch.nn.functional as F
 import cli
 import data
 import toy
-import taco
 from data import decoder_visible, mask_selected, retromae_batch, whole_word_mask
 from evalsets import read_beir, read_sts
 from model import BertConfig, RetroMAEForPreTraining
@@ -266,26 +265,18 @@ FAST = ["--objective", "retromae", "--steps", "8", "--batch_size", "8", "--max_l
         "--eval_every", "8", "--eval_blocks", "8", "--log_every", "2", "--keep_last", "10"]
 
 
-def run(argv):
-    try:
-        taco.main(argv)
-    except SystemExit as exit:
-        return exit.code
-    return 0
-
-
 def ckpt(out, step):
     return torch.load(os.path.join(out, f"ckpt_{step:08d}.pt"), weights_only=True)
 
 
-def test_resume_is_exact_and_export_loads_in_transformers(tmp_path, tok):
+def test_resume_is_exact_and_export_loads_in_transformers(tmp_path, tok, run_taco):
     straight, crashed = str(tmp_path / "straight"), str(tmp_path / "crashed")
-    assert run(FAST + ["--out", straight]) == 0
+    assert run_taco(FAST + ["--out", straight]) == 0
     shutil.copytree(straight, crashed)
     for name in os.listdir(crashed):
         if name.startswith("ckpt_00000008"):
             os.remove(os.path.join(crashed, name))
-    assert run(FAST + ["--out", crashed, "--resume"]) == 0
+    assert run_taco(FAST + ["--out", crashed, "--resume"]) == 0
     a, b = ckpt(straight, 8)["model"], ckpt(crashed, 8)["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     torch.manual_seed(0)  # the decoder trains: it moved from its seeded init
@@ -305,18 +296,18 @@ def test_resume_is_exact_and_export_loads_in_transformers(tmp_path, tok):
     assert torch.allclose(ours, theirs, atol=1e-4)
 
 
-def test_init_across_objectives(tmp_path, capsys, tok):
+def test_init_across_objectives(tmp_path, capsys, tok, run_taco):
     mlm, retro, back = (str(tmp_path / n) for n in ("mlm", "retro", "back"))
-    assert run(FAST[2:] + ["--objective", "mlm", "--steps", "2", "--out", mlm]) == 0
-    assert run(FAST + ["--steps", "2", "--out", retro, "--init", mlm]) == 0  # fresh decoder
+    assert run_taco(FAST[2:] + ["--objective", "mlm", "--steps", "2", "--out", mlm]) == 0
+    assert run_taco(FAST + ["--steps", "2", "--out", retro, "--init", mlm]) == 0  # fresh decoder
     trained, cont = ckpt(mlm, 2)["model"], ckpt(retro, 2)["model"]
     assert any(k.startswith("decoder.") for k in cont) and cont.keys() - trained.keys() == {
         k for k in cont if k.startswith("decoder.")}
-    assert run(FAST[2:] + ["--objective", "mlm", "--steps", "2", "--out", back, "--init", retro]) == 0  # dropped
+    assert run_taco(FAST[2:] + ["--objective", "mlm", "--steps", "2", "--out", back, "--init", retro]) == 0  # dropped
     assert not any(k.startswith("decoder.") for k in ckpt(back, 2)["model"])
     capsys.readouterr()
-    assert run(FAST + ["--predict_all", "--out", str(tmp_path / "x")]) == 2
-    assert run(FAST + ["--decoder_mlm_probability", "1.5", "--out", str(tmp_path / "y")]) == 2
+    assert run_taco(FAST + ["--predict_all", "--out", str(tmp_path / "x")]) == 2
+    assert run_taco(FAST + ["--decoder_mlm_probability", "1.5", "--out", str(tmp_path / "y")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--predict_all" in err
 
