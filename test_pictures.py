@@ -49,7 +49,6 @@ def test_document_topics_match_the_generator():
 
 @pytest.mark.parametrize("picture", ["cosine", "pca", "curves"])
 def test_each_picture_is_a_png(run, tmp_path, picture):
-    pytest.importorskip("matplotlib")
     out = tmp_path / f"{picture}.png"
     pictures.main([picture, run, run, "--out", str(out)])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
@@ -64,7 +63,6 @@ def drawn(monkeypatch, fn, *args, **kwargs):
 def test_curves_one_colour_per_run_and_each_objectives_own_loss(run, mlm_run, tmp_path, monkeypatch):
     """Each run keeps its colour in every panel, every panel has a legend, and the auxiliary loss is
     named per objective (a RetroMAE run's 'tc' is its decoder's loss, not TC)."""
-    pytest.importorskip("matplotlib")
     retro = tmp_path / "retro"
     shutil.copytree(run, retro)
     config = json.loads((retro / "config.json").read_text())
@@ -85,7 +83,6 @@ def test_curves_one_colour_per_run_and_each_objectives_own_loss(run, mlm_run, tm
 def test_cosine_shows_blocks_and_document_boundaries(run, monkeypatch):
     """Two consecutive blocks, their edge drawn white, document boundaries red, the mean cosines
     within a document, across documents of a block and across blocks in the title."""
-    pytest.importorskip("matplotlib")
     fig = drawn(monkeypatch, pictures.cosine, [run], "x.png", part="g", n_blocks=2)
     ax = fig.axes[0]
     title = ax.get_title()
@@ -96,14 +93,12 @@ def test_cosine_shows_blocks_and_document_boundaries(run, monkeypatch):
 
 
 def test_pca_colours_by_block_and_by_topic(run, monkeypatch):
-    pytest.importorskip("matplotlib")
     fig = drawn(monkeypatch, pictures.pca, [run], "x.png", max_tokens=100)
     titles = [ax.get_title() for ax in fig.axes]
     assert "coloured by block" in titles[0] and "topic" in titles[1]
 
 
 def test_out_folder_gets_the_picture_inside_and_says_where(run, tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     folder = tmp_path / "figs"
     folder.mkdir()
     pictures.main(["curves", run, "--out", str(folder)])
@@ -115,7 +110,6 @@ def test_out_folder_gets_the_picture_inside_and_says_where(run, tmp_path, capsys
 
 def test_torn_metrics_line_is_tolerated(run, tmp_path, capsys):
     """A kill during an append leaves a last line cut short: it is dropped with a warning, as runs.read_jsonl promises."""
-    pytest.importorskip("matplotlib")
     torn = tmp_path / "torn"
     shutil.copytree(run, torn)
     with open(torn / "metrics.jsonl", "a") as f:
@@ -161,7 +155,6 @@ def hf_other_vocab(tmp_path_factory):
     (["cosine", "{hf}", "--out", "{tmp}/c.png"], "word embeddings; put beside it the vocab.txt the model was trained with"),
 ])
 def test_mistakes_are_one_line(run, hf_other_vocab, tmp_path, capsys, argv, message):
-    pytest.importorskip("matplotlib")
     rc, err = one_line_error([a.format(tmp=tmp_path, run=run, hf=hf_other_vocab) for a in argv], capsys)
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert not list(tmp_path.glob("*.png"))  # refused before any picture was written
@@ -170,7 +163,6 @@ def test_mistakes_are_one_line(run, hf_other_vocab, tmp_path, capsys, argv, mess
 @pytest.mark.parametrize("cache", ["file", "unwritable"])
 def test_bad_taco_cache_is_one_line(run, tmp_path, capsys, monkeypatch, cache):
     """TACO_CACHE pointing at a file, or at a folder that cannot be created: one line, exit 2."""
-    pytest.importorskip("matplotlib")
     path = tmp_path / "a_file"
     path.write_text("not a folder")
     monkeypatch.setenv("TACO_CACHE", str(path) if cache == "file" else str(path / "below"))

@@ -11,7 +11,6 @@ def test_walkthrough_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    pytest.importorskip("matplotlib")
     monkeypatch.setenv("TACO_NOTEBOOK_STEPS", "2")  # the kernel inherits it: 2-step runs
     nb = nbformat.read(os.path.join(HERE, "walkthrough.ipynb"), as_version=4)
     # the notebook writes runs/ beside taco.py: give it a repository of links in tmp, started in its exercises/
