@@ -13,13 +13,14 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 
 from cli import DataError, default_cache_dir, int_range
-from tokenizer import WordPieceTokenizer
+from tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 from toy import toy_corpus
 
 # name -> (hub dataset id, config, split, text column, rows joined into one document).
@@ -84,36 +85,85 @@ def read_documents(path):
     return docs
 
 
+def looks_like_vocabulary(path, head=1 << 16):
+    """True if a text file reads as a WordPiece vocabulary rather than text: one token per line
+    (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces. Judged on
+    its first 64 KB."""
+    with open(path, "rb") as f:
+        lines = f.read(head).decode("utf-8", errors="replace").splitlines()
+    words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
+    if len(words) < 5 or sum(len(w.split()) > 1 for w in words) > len(words) // 100:
+        return False
+    specials = sum(w in SPECIAL_TOKENS for w in words)
+    pieces = sum(w.startswith("##") and len(w) > 2 for w in words)
+    return specials >= 2 or pieces >= len(words) // 20
+
+
+class Sources(NamedTuple):
+    """--data resolved: parts ("file", Path) / ("hub", name), a label for each part of the
+    spec (for the summary line), warnings about what a folder held that is not read."""
+    parts: list
+    labels: list
+    warnings: list
+
+
 def _resolve(data_spec, cache_dir):
-    """'toy,wikipedia,notes.txt,dir/' -> list of ("file", Path) / ("hub", name)."""
-    parts = []
+    """'toy,wikipedia,notes.txt,dir/' -> Sources. A folder gives its own *.txt files, sorted
+    (not its subfolders, not hidden files), less those that look like a vocabulary (a vocab.txt
+    beside the text): those are skipped with a warning. A file named in --data is always read."""
+    parts, labels, warnings = [], [], []
     for name in (s.strip() for s in str(data_spec).split(",") if s.strip()):
         path = Path(name).expanduser()
         if name == "toy":
             parts.append(("file", toy_corpus(cache_dir) / "train.txt"))
+            labels.append("toy")
         elif name in SOURCES:
             parts.append(("hub", name))
+            labels.append(name)
         elif path.is_dir():
-            files = sorted(path.glob("*.txt"))
-            if not files:
-                raise DataError(f"folder {path} has no *.txt files: put text files in it")
-            parts += [("file", Path(cli.regular_file(f, "data file"))) for f in files]
+            entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+            texts = [p for p in entries if p.suffix.lower() == ".txt" and not p.is_dir()]
+            others = [p.name + "/" * p.is_dir() for p in entries if p not in texts]
+            if not texts:
+                held = f" (it holds {', '.join(others[:3])}{', ...' * (len(others) > 3)})" if others else ""
+                raise DataError(f"folder {path} has no *.txt files{held}: --data reads a folder's *.txt files; "
+                                f"rename them, or name the files in --data")
+            vocabs = [p for p in texts if looks_like_vocabulary(cli.regular_file(p, "data file"))]
+            if vocabs:
+                warnings.append(f"{path}: skipped {', '.join(p.name for p in vocabs)}: "
+                                f"{'it looks' if len(vocabs) == 1 else 'they look'} like a vocabulary (one token "
+                                f"a line, [PAD]/[CLS] or ## pieces), not text; name it in --data to read it anyway")
+            texts = [p for p in texts if p not in vocabs]
+            if not texts:
+                raise DataError(f"folder {path} holds only a vocabulary ({', '.join(p.name for p in vocabs)}), "
+                                f"no text: put the training text in it as *.txt files")
+            parts += [("file", p) for p in texts]
+            unread = f"; not read: {', '.join(others[:3])}{', ...' * (len(others) > 3)}" if others else ""
+            labels.append(f"{path}/ ({len(texts)} *.txt file{'s' * (len(texts) > 1)}{unread})")
         elif os.path.lexists(path):  # a file, or a FIFO / symlink loop: say which
             parts.append(("file", Path(cli.regular_file(path, "data file"))))
+            labels.append(str(path))
+            if looks_like_vocabulary(path):
+                warnings.append(f"{path} looks like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), "
+                                f"not text; it is read as training text because --data names it")
         else:
             raise DataError(f"unknown data source {name!r}: use {', '.join(SOURCES)}, a file or a folder")
     if not parts:
         raise DataError("no data source given: pass toy, a hub source name, a file or a folder")
-    return parts
+    return Sources(parts, labels, warnings)
 
 
 def load_documents(data_spec, cache_dir=None):
     """A datasets.Dataset with one "text" column, one document per row. data_spec is a
-    comma-separated list of SOURCES names, text files and folders (their *.txt files, sorted);
-    read_documents says how a text file splits into documents."""
+    comma-separated list of SOURCES names, text files and folders (see _resolve for what a
+    folder gives); read_documents says how a text file splits into documents."""
+    return _load(_resolve(data_spec, cache_dir).parts)
+
+
+def _load(parts):
     import datasets
     sets = []
-    for kind, what in _resolve(data_spec, cache_dir):
+    for kind, what in parts:
         if kind == "file":
             sets.append(datasets.Dataset.from_dict({"text": read_documents(what)}))
             continue
@@ -137,9 +187,13 @@ def load_documents(data_spec, cache_dir=None):
 def token_cache_path(data_spec, tokenizer, cache_dir=None):
     """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
     file by path, size and mtime), the vocabulary and the array format."""
+    return _cache_path(_resolve(data_spec, cache_dir).parts, tokenizer, cache_dir)
+
+
+def _cache_path(parts, tokenizer, cache_dir):
     cache_dir = Path(cache_dir or default_cache_dir())
     sources = []
-    for kind, what in _resolve(data_spec, cache_dir):
+    for kind, what in parts:
         if kind == "file":
             st = what.stat()
             sources.append([str(what.resolve()), st.st_size, st.st_mtime_ns])
@@ -151,14 +205,21 @@ def token_cache_path(data_spec, tokenizer, cache_dir=None):
     return cache_dir / "tokens" / f"{key[:20]}.npy"
 
 
-def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
+def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
     """Tokenise every document once into one flat array, documents separated (and ended)
     by [SEP]; cached as .npy under a key of what made it, returned as a read-only memmap.
+    Warnings and a line saying what was read go to `say` (default: stderr); so does a line
+    naming the cache when it is reused, if `say` is given (a run's log; other scripts stay quiet).
     Under DDP call it on rank 0 first, then on the other ranks after a barrier."""
+    quiet_reuse, say = say is None, say or (lambda line: print(line, file=sys.stderr))
     cache_dir = Path(cache_dir or default_cache_dir())
-    path = token_cache_path(data_spec, tokenizer, cache_dir)
-    key = path.stem
-    if not path.exists():
+    sources = _resolve(data_spec, cache_dir)
+    for warning in sources.warnings:
+        say(f"warning: {warning}")
+    path = _cache_path(sources.parts, tokenizer, cache_dir)
+    key, what = path.stem, ", ".join(sources.labels)
+    reused = path.exists()
+    if not reused:
         import datasets
         dtype = np.uint16 if tokenizer.vocab_size <= 65535 else np.int32
         sep, control = tokenizer.sep_id, set(tokenizer.special_ids) - {tokenizer.unk_id}
@@ -171,7 +232,7 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
                    for t, x in zip(batch["text"], ids)]
             return {"ids": [x + [sep] if x else x for x in ids], "n": [len(x) + bool(x) for x in ids]}
 
-        docs = load_documents(data_spec, cache_dir)
+        docs = _load(sources.parts)
         mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
         if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
             num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
@@ -192,10 +253,13 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None):
         out.flush()
         del out
         os.replace(tmp, path)
-        print(f"tokenized {len(ds):,} documents, {mb:,.1f} MB of text, into {total:,} tokens in {secs:,.1f} s: "
-              f"{mb / secs:.2f} MB/s with {num_proc} process{'es' if num_proc > 1 else ''} "
-              f"({mb / secs / num_proc:.2f} MB/s each); cached in {path}", file=sys.stderr)
-    return np.load(path, mmap_mode="r")
+        say(f"data: {what}: {len(ds):,} documents, {mb:,.1f} MB of text, tokenized into {total:,} tokens in "
+            f"{secs:,.1f} s: {mb / secs:.2f} MB/s with {num_proc} process{'es' if num_proc > 1 else ''} "
+            f"({mb / secs / num_proc:.2f} MB/s each); cached in {path}")
+    tokens = np.load(path, mmap_mode="r")
+    if reused and not quiet_reuse:
+        say(f"data: {what}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
+    return tokens
 
 
 class Blocks:

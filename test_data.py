@@ -1,5 +1,6 @@
 """Tests for data.py: corpus loading and caching, packing, batches, masking, the paper's data by default."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,61 @@ def test_tokenize_local_file_key_follows_file(tmp_path, small):
     assert list(first) == [5, 6, 3, 7, 8, 9, 3]
     corpus.write_text("hello\n\nworld x\n")
     assert list(data.tokenize_corpus(corpus, small, tmp_path / "cache")) == [5, 3, 6, 20, 3]
+
+
+def test_a_folder_gives_its_text_files_not_its_vocabulary(tmp_path, small, toy_dir):
+    """--data FOLDER: its own *.txt files, sorted; a vocab.txt beside the text is skipped with a
+    warning (a folder holding a corpus and the vocabulary trained on it); what else it holds is
+    named, not read. One line says what was read (files, documents, tokens), or which cache was reused."""
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("hello world\n\nx y\n")
+    (folder / "B.TXT").write_text("unaffable\n")
+    (folder / "vocab.txt").write_text((toy_dir / "vocab.txt").read_text())
+    (folder / "notes.md").write_text("hello\n")
+    (folder / ".hidden.txt").write_text("hello\n")
+    (folder / "sub" / "c.txt").write_text("hello\n")
+    assert data.load_documents(str(folder))["text"] == ["unaffable", "hello world", "x y"]
+    said = []
+    tokens = data.tokenize_corpus(str(folder), small, tmp_path / "cache", say=said.append)
+    assert list(tokens) == [7, 8, 9, 3, 5, 6, 3, 20, 21, 3]
+    warning, summary = said
+    assert warning.startswith(f"warning: {folder}: skipped vocab.txt: it looks like a vocabulary")
+    assert summary.startswith(f"data: {folder}/ (2 *.txt files; not read: notes.md, sub/): 3 documents,")
+    assert "tokenized into 10 tokens" in summary
+    said.clear()
+    data.tokenize_corpus(str(folder), small, tmp_path / "cache", say=said.append)
+    assert said[1] == (f"data: {folder}/ (2 *.txt files; not read: notes.md, sub/): 10 tokens, tokenized before: "
+                       f"reusing the token cache {data.token_cache_path(str(folder), small, tmp_path / 'cache')}")
+    # named in --data, a vocabulary is read, with a warning
+    said.clear()
+    data.tokenize_corpus(str(folder / "vocab.txt"), small, tmp_path / "cache", say=said.append)
+    assert "vocab.txt looks like a vocabulary" in said[0] and "read as training text because --data names it" in said[0]
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"vocab.txt": "VOCAB"}, "holds only a vocabulary (vocab.txt), no text"),
+    ({"wiki_00": "text", "wiki_01": "text"}, "has no *.txt files (it holds wiki_00, wiki_01): --data reads a folder's"),
+])
+def test_a_folder_without_text_is_one_line(tmp_path, toy_dir, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text((toy_dir / "vocab.txt").read_text() if text == "VOCAB" else text)
+    with pytest.raises(DataError, match=re.escape(message)):
+        data.load_documents(str(tmp_path))
+
+
+@pytest.mark.parametrize("text, vocabulary", [
+    ("SMALL", True),  # BERT's special tokens, one token a line
+    ("\n".join(["the", "##s", "##ing", "cat", "##ed"] * 20), True),  # WordPiece pieces without specials
+    ("\n".join(["apple", "banana", "cherry", "date", "elder"] * 20), False),  # a word list is text
+    ("BERT adds [CLS] and [SEP] to every input.\n[PAD] pads.\nThe end.\nMore text here.\nAnd here.\n", False),
+    ("one line\n", False),
+])
+def test_looks_like_vocabulary(tmp_path, text, vocabulary):
+    from conftest import SMALL
+    path = tmp_path / "f.txt"
+    path.write_text("\n".join(SMALL) + "\n" if text == "SMALL" else text)
+    assert data.looks_like_vocabulary(path) == vocabulary
 
 
 # ----------------------------------------------------------------------------- packing
