@@ -13,6 +13,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from pathlib import Path
 
 USAGE, NONFINITE = 2, 3  # exit codes; a signal stops a run with 128 + its number (SIGINT 130, SIGTERM 143)
@@ -152,9 +153,34 @@ def default_cache_dir():
 # ----------------------------------------------------------------------------- the error path
 
 def fail(message, code=USAGE):
-    """Print `error: <message>` (one line) on stderr and exit."""
-    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    """Print `error: <message>` (one line) on stderr and exit. Under torchrun every worker meets
+    the same mistake: the first of each machine (local rank 0) says it, the others exit alike
+    without a word (wait_to_be_stopped), or name their rank if the mistake is theirs alone."""
+    line = f"error: {' '.join(str(message).split())}"
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        wait_to_be_stopped(code)
+        line += f" (rank {os.environ.get('RANK', '?')})"
+    print(line, file=sys.stderr)
     sys.exit(code)
+
+
+RANK_WAIT = 30  # seconds; see wait_to_be_stopped
+
+
+def wait_to_be_stopped(code):
+    """A torchrun worker other than local rank 0 after a mistake: once local rank 0 exits with it,
+    torchrun stops the other workers (SIGTERM; SIGINT on Ctrl-C): exit then with `code`, quietly.
+    Exiting first would have torchrun stop rank 0 before it said anything. If no stop comes within
+    RANK_WAIT s, rank 0 did not meet the mistake: return, and the caller says it."""
+    def stopped(signum, frame):
+        sys.exit(code)
+
+    old = {s: signal.signal(s, stopped) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        time.sleep(RANK_WAIT)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 @contextlib.contextmanager

@@ -184,6 +184,25 @@ def _load(parts):
     return sets[0] if len(sets) == 1 else datasets.concatenate_datasets(sets)
 
 
+def unavailable(data_spec, cache_dir=None):
+    """Why data_spec cannot be loaded now, found without loading it (None if nothing is found):
+    a name that is no source, or hub sources out of reach (offline and not cached). Asked when
+    the vocabulary is missing too, so that one message names everything missing."""
+    try:
+        parts = _resolve(data_spec, cache_dir).parts
+    except DataError as err:
+        return str(err)
+    import datasets
+    missing = []
+    for name in (what for kind, what in parts if kind == "hub"):
+        try:
+            datasets.load_dataset_builder(*SOURCES[name][:2])  # the hub's metadata or the local cache
+        except Exception as e:
+            missing.append(f"{name}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}")
+    return (f"nor can --data {data_spec} be loaded ({'; '.join(missing)}): pass local text files or folders "
+            f"of them as --data" if missing else None)
+
+
 def token_cache_path(data_spec, tokenizer, cache_dir=None):
     """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
     file by path, size and mtime), the vocabulary and the array format."""

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 import cli
 from cli import UsageError
-from data import make_blocks, token_cache_path, tokenize_corpus
+from data import DataError, load_tokenizer, make_blocks, token_cache_path, tokenize_corpus, unavailable
 from model import BertConfig, BertForPreTraining
 
 
@@ -303,6 +303,10 @@ def setup_distributed(device_arg):
         return 0, 0, 1, device
     rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
     if device_type == "cuda":
+        here, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", 1)), torch.cuda.device_count()
+        if here > gpus:  # each process takes the GPU of its local rank
+            raise UsageError(f"torchrun started {here} processes on this machine, which has {gpus} CUDA device"
+                             f"{'s' * (gpus != 1)}: pass --nproc_per_node={gpus} (or --device cpu)")
         torch.cuda.set_device(local_rank)
     # torchrun restarts workers against the same key-value store, which still holds the
     # dead workers' addresses; a prefix per attempt keeps the new ones from reading them.
@@ -335,6 +339,7 @@ class Run:
         Run(args, cleanup)          torchrun's ranks (or one process), CPU threads
         warn(message)               a `warning:` line, from rank 0 only
         open()                      --out and its lock; the checkpoint to resume from
+        tokenizer()                 --vocab's (if it is missing, one message names all that is missing)
         data(tok)                   the corpus as blocks (tokenised once, on rank 0, and cached)
         prepare(resumable, init)    refuse to clobber another run or to resume with other settings
         precision()                 autocast and the fp16 gradient scaler
@@ -379,6 +384,17 @@ class Run:
         if args.resume and self.resume_from is None and not self.restarted:
             raise UsageError(f"--resume: no valid checkpoint in {args.out}")
         self.resuming = self.resume_from is not None
+
+    def tokenizer(self):
+        """--vocab's tokenizer. If it cannot be had, --data is checked too (without loading it),
+        so that one message names everything missing (the paper's run offline: both)."""
+        try:
+            return load_tokenizer(self.args.vocab, self.args.cache_dir)
+        except DataError as err:
+            also = unavailable(self.args.data, self.args.cache_dir)
+            if also:
+                raise DataError(f"{err}; {also}") from None
+            raise
 
     def data(self, tok):
         """-> (training blocks, held-out blocks: the corpus's tail). Rank 0 tokenises and caches

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 import runs
 from cli import UsageError, float_range, int_range
-from data import Batches, load_tokenizer, mask_tokens, rand, retromae_batch
+from data import Batches, mask_tokens, rand, retromae_batch
 from fast import SampledCosines, speed_up
 from model import SIZES, Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 
@@ -593,7 +593,7 @@ def train(args, cleanup):
     check_args(args, run.world, run.warn)  # mistakes across flags, before anything is written
     run.open()  # --out and its lock; the checkpoint to resume from
     init = runs.load_init(args.init) if args.init else None  # the weights to continue from
-    tok = load_tokenizer(args.vocab, args.cache_dir)
+    tok = run.tokenizer()  # --vocab's; if it is missing, one message names all that is missing
     cfg = model_config(args, tok, init)
     train_blocks, eval_blocks = run.data(tok)  # tokenised once and cached; the corpus's tail held out
     batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)

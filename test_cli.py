@@ -2,8 +2,11 @@
 the one error path and its exit codes, the thread setting."""
 import importlib
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -125,3 +128,22 @@ def test_idle_threads_sleep_unless_the_user_says_otherwise():
     run = lambda env: subprocess.run([sys.executable, "-c", code], cwd=HERE, env=env, capture_output=True, text=True)
     assert run(env).stdout.strip() == "PASSIVE"
     assert run({**env, "OMP_WAIT_POLICY": "ACTIVE"}).stdout.strip() == "ACTIVE"
+
+
+def test_under_torchrun_only_local_rank_0_says_a_mistake(monkeypatch, capsys):
+    """Every torchrun worker meets the same mistake: local rank 0 says it; another worker waits
+    for torchrun to stop it (rank 0 has exited) and exits with the same code, quietly. A worker
+    not stopped met a mistake of its own: it says it, naming its rank."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()  # torchrun stopping the workers
+    t0 = time.time()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.fail("bad flag")
+    assert exit_info.value.code == 2 and capsys.readouterr().err == "" and time.time() - t0 < 10
+    assert signal.getsignal(signal.SIGTERM) is before
+    monkeypatch.setattr(cli, "RANK_WAIT", 0.1)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.fail("bad flag")
+    assert exit_info.value.code == 2 and capsys.readouterr().err == "error: bad flag (rank 1)\n"

@@ -316,13 +316,14 @@ def test_default_data_follows_the_size():
     assert taco.get_args(["--size", "base", "--data", "toy"]).vocab == "toy"
 
 
-@pytest.mark.parametrize("extra, needle", [
-    ([], "could not fetch vocab.txt of 'bert-base-uncased'"),  # the vocab is fetched first
-    (["--vocab", "LOCAL"], "could not load wikipedia (wikimedia/wikipedia)"),  # then the corpus
+@pytest.mark.parametrize("extra, needles", [
+    ([], ["could not fetch vocab.txt of 'bert-base-uncased'",  # everything missing, in one message
+          "nor can --data wikipedia,bookcorpus be loaded (wikipedia: ", "; bookcorpus: "]),
+    (["--vocab", "LOCAL"], ["could not load wikipedia (wikimedia/wikipedia)"]),  # only the corpus
 ])
-def test_headline_command_offline_says_what_to_pass(tmp_path, toy_dir, extra, needle):
-    """`taco.py --size small` without the hub: one error line naming --data toy, exit 2, and
-    neither a run directory nor a cache written."""
+def test_headline_command_offline_says_what_to_pass(tmp_path, toy_dir, extra, needles):
+    """`taco.py --size small` without the hub: one error line naming all that is missing and
+    --data toy, exit 2, and neither a run directory nor a cache written."""
     extra = [str(toy_dir / "vocab.txt") if a == "LOCAL" else a for a in extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
            "TACO_CACHE": str(tmp_path / "cache")}
@@ -330,18 +331,19 @@ def test_headline_command_offline_says_what_to_pass(tmp_path, toy_dir, extra, ne
                             + extra, capture_output=True, text=True, env=env, cwd=tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ") and needle in lines[0] and "--data toy" in lines[0]
+    assert lines[0].startswith("error: ") and all(n in lines[0] for n in needles) and "--data toy" in lines[0]
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
 
 
 def test_large_model_on_the_toy_corpus_warns(monkeypatch, capsys):
     """The warning comes before any work: the test stops the run at its first step (loading
     the vocab) from outside."""
+    import runs
     import taco
 
     def stop(*args, **kwargs):
         raise DataError("stopped by the test")
-    monkeypatch.setattr(taco, "load_tokenizer", stop)
+    monkeypatch.setattr(runs.Run, "tokenizer", stop)
     for argv, warns in ((["--size", "small", "--data", "toy"], True), (["--size", "base", "--data", "toy,x.txt"], True),
                         (["--size", "small", "--data", "x.txt"], False), (["--size", "tiny"], False),
                         (["--size", "mini", "--data", "toy"], False)):

@@ -288,3 +288,28 @@ def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path, quick
     assert "resumed at step 4" in r.stdout and "resumed at step 10" in r.stdout
     assert "stopped by SIGTERM after step 10: saved" in r.stderr
     assert same_weights(final_weights(straight), final_weights(faulty))
+
+
+def test_torchrun_offline_says_everything_missing_once(tmp_path):
+    """The headline command on a machine without the hub: one `error:` line (not one per worker)
+    naming the vocabulary and both corpora; every worker exits 2 alike; nothing written."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf")}
+    r = subprocess.run(torchrun_cmd([], "--size", "base", "--out", str(tmp_path / "run")), env=env, cwd=tmp_path,
+                       capture_output=True, text=True)
+    errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert r.returncode != 0 and len(errors) == 1, r.stderr[-3000:]
+    assert all(n in errors[0] for n in ("vocab.txt of 'bert-base-uncased'", "wikipedia: ", "bookcorpus: "))
+    assert "(rank 1)" not in r.stderr and r.stderr.count("exitcode  : 2 ") == 2  # torchrun's table: both alike
+    assert not (tmp_path / "run").exists()
+
+
+def test_more_processes_than_gpus_is_one_line(monkeypatch):
+    """torchrun --nproc_per_node=8 on a machine with one GPU: every worker says so alike (rank 0 speaks)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name, value in dict(RANK="3", LOCAL_RANK="3", WORLD_SIZE="8", LOCAL_WORLD_SIZE="8").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(cli.UsageError, match="torchrun started 8 processes on this machine, which has 1 CUDA "
+                                             "device: pass --nproc_per_node=1"):
+        runs.setup_distributed(None)
