@@ -165,8 +165,12 @@ class RunLock:
 
 
 class StopSignals:
-    """While active, SIGINT / SIGTERM only set `signum`: the loop saves and stops at the next
-    step boundary. A second SIGINT acts at once (KeyboardInterrupt)."""
+    """While active, a first SIGINT / SIGTERM only sets `signum` (the loop saves and stops at the
+    next step boundary) and has `say` tell so; a second one, of either kind, stops at once:
+    cli.Interrupted (exit 128 + its number) with the message `at_once(its name)` (what is saved)."""
+
+    def __init__(self, say=None, at_once=lambda name: ""):
+        self.say, self.at_once = say, at_once
 
     def __enter__(self):
         self.signum = 0
@@ -174,8 +178,13 @@ class StopSignals:
         return self
 
     def _handle(self, signum, frame):
-        self.signum = self.signum or signum
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        name = signal.Signals(signum).name
+        if self.signum:
+            raise cli.Interrupted(signum, self.at_once(name))
+        self.signum = signum
+        if self.say:
+            with contextlib.suppress(RuntimeError):  # stderr was being written at that instant
+                self.say(f"{name}: stopping after this step, once it is saved; a second signal stops at once")
 
     def __exit__(self, *exc):
         for s, handler in self.old.items():
@@ -346,12 +355,12 @@ class Run:
         restore(raw, opt, scaler)   weights, optimizer and step of the checkpoint, when resuming
         wrap(raw)                   torch.compile, DDP
         finished(start)             a resumed run already at --steps: nothing to do
-        begin(...)                  config.json, vocab.txt, the start line
-        steps(start)                the progress bar; SIGINT / SIGTERM stop at a step boundary
+        begin(...)                  config.json, vocab.txt, the start line (what the run will cost)
+        steps(start)                the bar or log lines; SIGINT / SIGTERM stop at a step boundary, twice at once
         reseed(step)                the step's random generators
         sync_gradients(model, now)  under DDP, whether this micro-step's backward all-reduces
         finite(step, losses, norm)  every rank agrees the step is finite (the same sync agrees on signals)
-        eval_due(done), log(...)    when to evaluate; the bar and metrics.jsonl
+        eval_due(done), log(...)    when to evaluate; the bar, log lines, an estimate, metrics.jsonl
         save_due(done), save(...)   when to checkpoint (a stop signal makes it now); the checkpoint
         stop_if_signalled(done)     after saving, every rank stops (exit 130 / 143)
         end()                       the summary line
@@ -372,6 +381,11 @@ class Run:
     def warn(self, message):
         if self.master:
             print(f"warning: {message}", file=sys.stderr)
+
+    def say(self, line):
+        """A line on stderr from rank 0, above the progress bar if one is drawn."""
+        if self.master:
+            tqdm.write(line, file=sys.stderr)
 
     def open(self):
         """Take --out (rank 0) before anything in it is read or written; find the newest valid
@@ -405,7 +419,7 @@ class Run:
             cache = token_cache_path(args.data, tok, args.cache_dir)
             while not cache.exists():
                 time.sleep(2)
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
+        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
         blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
         n_eval = min(args.eval_blocks, len(blocks) // 10)
         return blocks.split(len(blocks) - n_eval)
@@ -494,17 +508,23 @@ class Run:
             write_jsonl(self.metrics, [r for r in logged if r.get("step", 0) <= start])
         threads, why = self.threads
         cpu = f" ({threads} thread{'s' * (threads > 1)}: {why})" if self.device.type == "cpu" else ""
-        print(f"{args.objective} | {args.size} ({params / 1e6:.1f}M params) | {len(train_blocks)} blocks x "
-              f"{args.max_len} | batch {args.batch_size} = {self.world} x {accum} x {args.device_batch_size} | "
-              f"{self.dtype} on {self.device.type}{cpu}" + (f" | init {init.source}" if init else "")
-              + (f" | resumed at step {start}" if self.resuming else ""))
+        tokens = args.steps * args.batch_size * args.max_len  # what the run will cost, before it starts
+        epochs = args.steps * args.batch_size / len(train_blocks)
+        print(f"{args.objective} | {args.size} ({params / 1e6:.1f}M params) | {args.steps:,} steps x "
+              f"{args.batch_size} x {args.max_len} tokens = {count(tokens)} tokens ({epochs:.3g} epochs of "
+              f"{len(train_blocks):,} blocks) | batch {args.batch_size} = {self.world} x {accum} x "
+              f"{args.device_batch_size} | {self.dtype} on {self.device.type}{cpu}"
+              + (f" | init {init.source}" if init else "") + (f" | resumed at step {start}" if self.resuming else ""))
 
     def steps(self, start):
-        """The steps start .. --steps - 1 under a progress bar (rank 0); from here on SIGINT and
-        SIGTERM only ask the loop to save and stop at the next step boundary."""
-        self.stop = self.cleanup.enter_context(StopSignals())
+        """The steps start .. --steps - 1 under a progress bar (rank 0, on a terminal; elsewhere,
+        such as a log file, a line every --log_every steps). From here on a first SIGINT / SIGTERM
+        asks the loop to save and stop at the next step boundary; a second one stops at once."""
+        self.stop = self.cleanup.enter_context(StopSignals(self.master and self.say, self.stopped_at_once))
+        self.plain = not sys.stderr.isatty()  # tqdm would write ~250 bytes a step into a log
         self.bar = tqdm(range(start, self.args.steps), initial=start, total=self.args.steps,
-                        disable=not self.master, dynamic_ncols=True, desc="train")
+                        disable=not self.master or self.plain, dynamic_ncols=True, desc="train")
+        self.start, self.done, self.estimated = start, start, False
         self.tokens_seen, self.t0 = 0, time.time()
         return self.bar
 
@@ -550,26 +570,38 @@ class Run:
                 and (done % self.args.eval_every == 0 or done == self.args.steps))
 
     def log(self, done, losses, lr, grad_norm, evals):
-        """The progress bar every step; a metrics.jsonl record every --log_every steps and with
-        every evaluation (rank 0)."""
-        args = self.args
+        """Rank 0: the bar every step (in a log: a line every --log_every steps), a line at each
+        evaluation, once an estimate of the time left; a metrics.jsonl record every --log_every
+        steps and with every evaluation."""
+        args, self.done = self.args, done
         self.tokens_seen += args.batch_size * args.max_len
         if not self.master:
             return
         loss, mlm, tc, tp = losses.tolist()
-        tok_s = self.tokens_seen / (time.time() - self.t0)
-        self.bar.set_postfix(loss=f"{loss:.3f}", mlm=f"{mlm:.3f}", tc=f"{tc:.3f}", lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}")
-        record = {}
-        if done % args.log_every == 0 or done == args.steps:
-            record = {"step": done, "loss": loss, "mlm": mlm, "tc": tc, "lr": lr, "tokens_per_s": tok_s,
-                      "grad_norm": grad_norm.item(), "skipped": self.skipped}
-            if args.predict_all:
-                record["tp"] = tp
+        elapsed, steps, aux = time.time() - self.t0, done - self.start, AUX_LOSS[args.objective]
+        tok_s, due = self.tokens_seen / elapsed, done % args.log_every == 0 or done == args.steps
+        shown = {"loss": loss, "mlm": mlm, aux: tc, "tp": tp if args.predict_all else None}
+        shown = {k: f"{v:.3f}" for k, v in shown.items() if k and v is not None}  # each objective's own loss
+        self.last_eval, left = evals or self.last_eval, (args.steps - done) * elapsed / steps  # seconds, at this pace
+        if not self.plain:
+            ctx = {"ctx": f"{self.last_eval['ctx_score']:.3f}"} if self.last_eval else {}
+            self.bar.set_postfix(**shown, lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}", **ctx)
+        elif due:
+            self.say(f"step {done}/{args.steps} | {' '.join(f'{k} {v}' for k, v in shown.items())} | lr {lr:.1e} | "
+                     f"{tok_s:,.0f} tok/s | {duration(elapsed)}" + f", ~{duration(left)} left" * (left > 0))
         if evals:
-            self.last_eval = evals
-            record = {"step": done, **record, **evals}
-        if record:
-            append_jsonl(self.metrics, record)
+            self.say(f"step {done}: held-out MLM loss {evals['eval_mlm_loss']:.3f} (accuracy "
+                     f"{evals['eval_mlm_acc']:.3f}); contextual score {evals['ctx_score']:.3f} (intra "
+                     f"{evals['ctx_intra']:.3f} - inter {evals['ctx_inter']:.3f}; within documents "
+                     f"{evals['ctx_doc_score']:.3f})")
+        if not self.estimated and left and (steps >= 20 or elapsed >= 30):  # once, early
+            self.estimated = True
+            self.say(f"estimate: {duration(elapsed / steps)} a step over the first {steps}: the "
+                     f"{args.steps - done:,} steps left take ~{duration(left)} more here")
+        record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm":
+                  grad_norm.item(), "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
+        if record or evals:
+            append_jsonl(self.metrics, {"step": done, **record, **evals})
 
     def save_due(self, done):
         """Save after this step? Every --save_every steps, at the end, and when a signal stops the run."""
@@ -597,6 +629,13 @@ class Run:
         raise cli.Interrupted(int(self.signum), f"stopped by {name} after step {done}: saved {self.last_ckpt}; "
                               f"to continue, run the same command with --resume" if self.master else "")
 
+    def stopped_at_once(self, name):
+        """The message of a second signal (rank 0): the steps since the last checkpoint are lost."""
+        last = self.last_ckpt or self.resume_from
+        saved = (f"the last checkpoint is {last}: to continue from it, run the same command with --resume" if last
+                 else "no checkpoint was saved yet: the same command starts the run over")
+        return f"stopped at once by a second {name} after step {self.done} (not saved); {saved}" if self.master else ""
+
     def end(self):
         """The summary line of the last evaluation; every rank leaves together."""
         ev = self.last_eval
@@ -605,6 +644,27 @@ class Run:
                   f"{ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, inter {ev['ctx_inter']:.3f}); run in {self.args.out}")
         if self.world > 1:
             dist.barrier()
+
+
+# The name of the loss compute_loss returns third (logged as "tc", as the bar names it): TACO's TC
+# loss, TaCL's, RetroMAE's decoder loss; MLM has none.
+AUX_LOSS = {"taco": "tc", "tacl": "tacl", "retromae": "dec", "mlm": None}
+
+
+def duration(seconds):
+    """4.2 s, 3.5 min, 2.1 h, 12.3 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def count(n):
+    """163.8B, 2.5M, 4.1k."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
 
 
 def copy_vocab(src, out):

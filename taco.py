@@ -613,7 +613,7 @@ def train(args, cleanup):
         return
     run.begin(raw, cfg, tok, batches, eval_blocks, init)  # config.json, vocab.txt, the start line
 
-    for step in run.steps(start):  # a progress bar; SIGINT / SIGTERM stop at a step boundary
+    for step in run.steps(start):  # a progress bar; SIGINT / SIGTERM stop at a step boundary, a second at once
         lr = get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay
         for group in optimizer.param_groups:
             group["lr"] = lr

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -208,6 +209,39 @@ def test_signal_saves_stops_and_resumes_exactly(sig, straight, tmp_path, monkeyp
     monkeypatch.setattr(taco, "get_lr", get_lr)
     assert run_taco(quick + ["--out", run, "--resume"]) == 0
     assert "resumed at step 10" in capsys.readouterr().out
+    assert same_weights(final_weights(straight), final_weights(run))
+
+
+def signal_twice_during_step(monkeypatch, sig, at):
+    """Step `at` takes a minute, as a step of the paper's batch does on a CPU; during it, `sig` twice."""
+    def slow_get_lr(step, *args):
+        if step == at:
+            def send():
+                for _ in range(2):
+                    time.sleep(0.3)
+                    os.kill(os.getpid(), sig)
+            threading.Thread(target=send, daemon=True).start()
+            time.sleep(60)  # the first signal lets it go on; the second ends it
+        return get_lr(step, *args)
+    monkeypatch.setattr(taco, "get_lr", slow_get_lr)
+
+
+def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(straight, tmp_path, monkeypatch, capsys, quick,
+                                                                   run_taco, final_weights):
+    """The first SIGTERM says the run will stop after this step; the second stops it at once
+    (exit 143), naming the checkpoint to resume from; --resume then ends as an unbroken run."""
+    run = str(tmp_path / "run")
+    signal_twice_during_step(monkeypatch, signal.SIGTERM, at=6)
+    t0 = time.time()
+    assert run_taco(quick + ["--out", run]) == 128 + signal.SIGTERM
+    assert time.time() - t0 < 40  # not the minute the step would take
+    err = capsys.readouterr().err
+    assert "SIGTERM: stopping after this step, once it is saved; a second signal stops at once" in err
+    assert (f"stopped at once by a second SIGTERM after step 6 (not saved); the last checkpoint is "
+            f"{os.path.join(run, 'ckpt_00000004.pt')}: to continue from it, run the same command with --resume") in err
+    assert "Traceback" not in err and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    monkeypatch.setattr(taco, "get_lr", get_lr)
+    assert run_taco(quick + ["--out", run, "--resume"]) == 0
     assert same_weights(final_weights(straight), final_weights(run))
 
 

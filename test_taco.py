@@ -5,7 +5,9 @@ import functools
 import json
 import math
 import os
+import re
 import shlex
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -397,6 +399,47 @@ def test_objectives_and_ablations_run(tmp_path, quick, run_taco, final_weights):
         str(tmp_path / "--freeze_embeddings_--untie_embeddings_--tc_positions_unmasked"), "config.json")))["model_config"]))
     assert torch.equal(ckpt["bert.embeddings.word.weight"], fresh.bert.embeddings.word.weight)
     assert not torch.equal(ckpt["mlm.decoder.weight"], ckpt["bert.embeddings.word.weight"])
+
+
+def test_what_a_run_says(tmp_path, capsys, quick, run_taco):
+    """The start line says what the run will cost. In a log (stderr not a terminal: no progress
+    bar) a line every --log_every steps, a line at each evaluation with the contextual score, and
+    once an estimate of the time left."""
+    out = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "24", "--out", out]) == 0
+    captured = capsys.readouterr()
+    assert "taco | tiny (" in captured.out and "| 24 steps x 8 x 32 tokens = 6.1k tokens (" in captured.out
+    err = captured.err.splitlines()
+    assert "train:" not in captured.err  # no bar
+    progress = [l for l in err if l.startswith("step ") and "/24 | " in l]
+    assert [l.split(" |")[0] for l in progress] == [f"step {s}/24" for s in range(2, 25, 2)]
+    assert re.fullmatch(r"step 2/24 \| loss \S+ mlm \S+ tc \S+ \| lr \S+ \| \S+ tok/s \| .+ left", progress[0])
+    evals = [l for l in err if re.match(r"step \d+: held-out MLM loss", l)]
+    logged = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    scores = [f"contextual score {r['ctx_score']:.3f} (" for r in logged if "ctx_score" in r]
+    assert [l.split(":")[0] for l in evals] == ["step 8", "step 16", "step 24"]
+    assert all(score in line for score, line in zip(scores, evals, strict=True))
+    estimate = [l for l in err if l.startswith("estimate: ")]
+    assert len(estimate) == 1 and re.search(r"a step over the first \d+: the \d+ steps left take ~", estimate[0])
+
+
+def test_each_objective_names_its_own_loss(tmp_path, capsys, monkeypatch, quick, run_taco):
+    """The loss compute_loss returns third is TACO's TC, TaCL's or RetroMAE's decoder loss: the
+    log lines and the bar name it (tc / tacl / dec; none for MLM). metrics.jsonl keeps the key
+    "tc" and says which loss it holds ("tc_is")."""
+    mlm = str(tmp_path / "mlm")
+    for objective, name, extra in (("mlm", None, []), ("retromae", "dec", []), ("tacl", "tacl", ["--init", mlm])):
+        out = str(tmp_path / f"{objective}_log")
+        assert run_taco(quick + ["--steps", "4", "--objective", objective, "--out", mlm if objective == "mlm" else out]
+                        + extra) == 0
+        line = [l for l in capsys.readouterr().err.splitlines() if l.startswith("step 4/4 | ")][0]
+        assert re.search(r"\| loss \S+ mlm \S+" + (f" {name} \\S+" if name else "") + r" \| lr", line), line
+        logged = [json.loads(l) for l in open(os.path.join(out if name else mlm, "metrics.jsonl"))]
+        assert {r["tc_is"] for r in logged} == {name} and all("tc" in r for r in logged)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # as on a terminal: the bar
+    assert run_taco(quick + ["--steps", "4", "--objective", "tacl", "--init", mlm, "--out", str(tmp_path / "bar")]) == 0
+    bar = capsys.readouterr().err.split("\r")[-1]
+    assert "train: 100%" in bar and "tacl=" in bar and "tc=" not in bar and "ctx=" in bar
 
 
 def test_init_continues_from_trained_weights_with_a_fresh_optimizer(tmp_path, capsys, quick, run_taco, final_weights):
