@@ -242,6 +242,22 @@ def latest_checkpoint(out):
     return None
 
 
+def stopped_before_first_checkpoint(out):
+    """(the last step logged, the first checkpoint's step) if `out` holds a run that stopped before
+    its first checkpoint (killed, a second signal, an error): a config.json, no checkpoint file, a
+    metrics.jsonl that ends before the first save; else None."""
+    try:
+        if any(n.startswith("ckpt_") and n.endswith((".pt", ".json")) for n in os.listdir(out)):
+            return None
+        args = read_json(os.path.join(out, "config.json"))["args"]
+        metrics = os.path.join(out, "metrics.jsonl")
+        last = max((r.get("step", 0) for r in (read_jsonl(metrics) if os.path.exists(metrics) else [])), default=0)
+        first = min(args["save_every"], args["steps"])
+        return (last, first) if last < first else None
+    except (OSError, UsageError, KeyError, TypeError):  # no run there, or not one of ours
+        return None
+
+
 def load_checkpoint(path):
     """Load a checkpoint (tensors and plain types only: weights_only=True)."""
     if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
@@ -395,7 +411,12 @@ class Run:
             self.cleanup.enter_context(RunLock(args.out))
         self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
         self.resume_from = latest_checkpoint(args.out) if args.resume or self.restarted else None
-        if args.resume and self.resume_from is None and not self.restarted:
+        # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)
+        unsaved = [stopped_before_first_checkpoint(args.out) if self.master else None]
+        if self.world > 1:
+            dist.broadcast_object_list(unsaved, src=0)
+        self.unsaved = unsaved[0]
+        if args.resume and not (self.resume_from or self.restarted or self.unsaved):
             raise UsageError(f"--resume: no valid checkpoint in {args.out}")
         self.resuming = self.resume_from is not None
 
@@ -440,9 +461,13 @@ class Run:
                 if args.objective == "tacl" and not args.force:
                     check_teacher_unchanged(args.out, init.source)
             elif os.path.exists(os.path.join(args.out, "config.json")) or list_checkpoints(args.out):
-                if not (args.force or self.restarted):
+                if not (args.force or self.restarted or self.unsaved):
                     raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
                                      f"--force to overwrite it, or another --out")
+                if self.unsaved and not (args.force or self.restarted):
+                    first, logged = self.unsaved[1], self.unsaved[0]
+                    print(f"note: {args.out} holds a run that stopped before its first checkpoint (step {first}; "
+                          f"its log ends at step {logged}): nothing to lose, starting it over", file=sys.stderr)
                 for name in os.listdir(args.out):
                     if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
                         os.remove(os.path.join(args.out, name))

@@ -245,6 +245,33 @@ def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(straight, tmp_
     assert same_weights(final_weights(straight), final_weights(run))
 
 
+def test_a_run_stopped_before_its_first_checkpoint_starts_over(straight, tmp_path, monkeypatch, capsys, quick,
+                                                               run_taco, final_weights):
+    """Stopped before its first checkpoint (two Ctrl-C, a kill, a crash), a folder holds a config
+    and a few metrics, nothing to lose: the same command starts it over, and so does --resume.
+    A folder whose checkpoints were deleted after it saved one is still refused."""
+    run = str(tmp_path / "run")
+    for again in ([], ["--resume"]):
+        signal_twice_during_step(monkeypatch, signal.SIGINT, at=3)
+        assert run_taco(quick + ["--out", run]) == 130
+        err = capsys.readouterr().err
+        assert ("stopped at once by a second SIGINT after step 3 (not saved); no checkpoint was saved yet: the same "
+                "command starts the run over") in err
+        assert not runs.list_checkpoints(run) and os.path.exists(os.path.join(run, "config.json"))
+        monkeypatch.setattr(taco, "get_lr", get_lr)
+        assert run_taco(quick + ["--out", run] + again) == 0
+        assert (f"note: {run} holds a run that stopped before its first checkpoint (step 4; its log ends at step 2): "
+                f"nothing to lose, starting it over") in capsys.readouterr().err
+        assert same_weights(final_weights(straight), final_weights(run))
+        assert metrics_of(straight) == metrics_of(run)
+        shutil.rmtree(run)
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_*"))
+    assert run_taco(quick + ["--out", run]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert run_taco(quick + ["--out", run, "--resume"]) == 2
+    assert "no valid checkpoint" in capsys.readouterr().err
+
+
 def taco_cmd(quick, *args):
     return [sys.executable, os.path.join(HERE, "taco.py"), *quick, *args]
 
