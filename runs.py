@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import asdict
 from typing import NamedTuple
@@ -165,28 +166,49 @@ class RunLock:
 
 
 class StopSignals:
-    """While active, a first SIGINT / SIGTERM only sets `signum` (the loop saves and stops at the
-    next step boundary) and has `say` tell so; a second one, of either kind, stops at once:
-    cli.Interrupted (exit 128 + its number) with the message `at_once(its name)` (what is saved)."""
+    """While active, a first SIGINT / SIGTERM sets `signum`: the loop saves and stops at the next
+    step boundary. A second one, of either kind, stops the process at once, exit 128 + its number,
+    after printing `at_once(its name)` (what is saved). A step can take minutes on a CPU, much of
+    it in one backward pass, during which Python runs no signal handler: a thread sees each
+    signal the moment it arrives (signal.set_wakeup_fd), tells `say` of the first, and ends the
+    process at the second (os._exit: checkpoints are atomic, a torn metrics line is tolerated)."""
 
     def __init__(self, say=None, at_once=lambda name: ""):
         self.say, self.at_once = say, at_once
 
     def __enter__(self):
-        self.signum = 0
+        self.signum, self.seen = 0, 0
         self.old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.wake = socket.socketpair()  # the interpreter writes each signal's number into wake[1]
+        self.wake[1].setblocking(False)
+        self.old_fd = signal.set_wakeup_fd(self.wake[1].fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, daemon=True).start()
         return self
 
-    def _handle(self, signum, frame):
-        name = signal.Signals(signum).name
-        if self.signum:
-            raise cli.Interrupted(signum, self.at_once(name))
-        self.signum = signum
-        if self.say:
-            with contextlib.suppress(RuntimeError):  # stderr was being written at that instant
+    def _handle(self, signum, frame):  # the main thread, at its next Python instruction: the loop's flag
+        self.signum = self.signum or signum
+
+    def _watch(self):
+        while (signum := self.wake[0].recv(1)[0]) != 0:  # 0: __exit__ ends the watch
+            if signum not in (signal.SIGINT, signal.SIGTERM):
+                continue
+            self.seen += 1
+            name = signal.Signals(signum).name
+            if self.seen == 1 and self.say:
                 self.say(f"{name}: stopping after this step, once it is saved; a second signal stops at once")
+            elif self.seen > 1:
+                if message := self.at_once(name):
+                    print(message, file=sys.stderr)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(128 + signum)
+        for end in self.wake:
+            end.close()
 
     def __exit__(self, *exc):
+        signal.set_wakeup_fd(self.old_fd)
+        self.wake[1].setblocking(True)
+        self.wake[1].send(b"\0")
         for s, handler in self.old.items():
             signal.signal(s, handler)
 
@@ -374,7 +396,7 @@ class Run:
         begin(...)                  config.json, vocab.txt, the start line (what the run will cost)
         steps(start)                the bar or log lines; SIGINT / SIGTERM stop at a step boundary, twice at once
         reseed(step)                the step's random generators
-        sync_gradients(model, now)  under DDP, whether this micro-step's backward all-reduces
+        micro_step(model, i, n)     under DDP, whether this micro-step's backward all-reduces; an early estimate
         finite(step, losses, norm)  every rank agrees the step is finite (the same sync agrees on signals)
         eval_due(done), log(...)    when to evaluate; the bar, log lines, an estimate, metrics.jsonl
         save_due(done), save(...)   when to checkpoint (a stop signal makes it now); the checkpoint
@@ -568,10 +590,15 @@ class Run:
             sampling = torch.Generator(device).manual_seed(step_seed(seed + 2, step, 0))
         return masking, sampling
 
-    def sync_gradients(self, model, now):
-        """Under DDP, all-reduce the gradients in this micro-step's backward only if `now` (the last)."""
+    def micro_step(self, model, i, n):
+        """Before micro-batch i of n: under DDP, all-reduce the gradients in its backward only if it
+        is the last. A first step that takes long (minutes on a CPU) gives the estimate from its
+        first micro-batches, after 30 s."""
         if self.world > 1:
-            model.require_backward_grad_sync = now
+            model.require_backward_grad_sync = i == n - 1
+        elapsed = time.time() - self.t0
+        if i and self.done == self.start and elapsed >= 30:
+            self.estimate(elapsed / i * n, f"the first {i} of a step's {n} micro-batches")
 
     def finite(self, step, losses, grad_norm):
         """True if the step's losses and gradient norm are finite on every rank (fp16's scaler
@@ -619,14 +646,19 @@ class Run:
                      f"{evals['eval_mlm_acc']:.3f}); contextual score {evals['ctx_score']:.3f} (intra "
                      f"{evals['ctx_intra']:.3f} - inter {evals['ctx_inter']:.3f}; within documents "
                      f"{evals['ctx_doc_score']:.3f})")
-        if not self.estimated and left and (steps >= 20 or elapsed >= 30):  # once, early
-            self.estimated = True
-            self.say(f"estimate: {duration(elapsed / steps)} a step over the first {steps}: the "
-                     f"{args.steps - done:,} steps left take ~{duration(left)} more here")
+        if left and (steps >= 20 or elapsed >= 30):
+            self.estimate(elapsed / steps, f"the first {steps} step{'s' * (steps > 1)}")
         record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm":
                   grad_norm.item(), "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
         if record or evals:
             append_jsonl(self.metrics, {"step": done, **record, **evals})
+
+    def estimate(self, per_step, basis):
+        """Once, early in the run (rank 0): how long the steps left take at this pace."""
+        if self.master and not self.estimated:
+            self.estimated, left = True, self.args.steps - self.done
+            self.say(f"estimate: {duration(per_step)} a step here (from {basis}): the {left:,} steps left take "
+                     f"~{duration(left * per_step)}")
 
     def save_due(self, done):
         """Save after this step? Every --save_every steps, at the end, and when a signal stops the run."""
@@ -677,8 +709,8 @@ AUX_LOSS = {"taco": "tc", "tacl": "tacl", "retromae": "dec", "mlm": None}
 
 
 def duration(seconds):
-    """4.2 s, 3.5 min, 2.1 h, 12.3 days."""
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+    """4.2 s, 3.5 min, 2.1 h, 12.3 days, 98.5 years."""
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
         if seconds >= 2 * size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.3g} s"

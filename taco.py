@@ -622,7 +622,7 @@ def train(args, cleanup):
         losses = torch.zeros(4, device=run.device)  # loss, mlm, tc, tp: means over the micro-batches
         for i, ids in enumerate(micro_batches):
             batch = masked_batch(ids, tok, args, masking).to(run.device)
-            run.sync_gradients(model, now=i == len(micro_batches) - 1)  # DDP: all-reduce in the last backward
+            run.micro_step(model, i, len(micro_batches))  # DDP: all-reduce in the last backward; an early estimate
             with autocast:
                 loss, mlm, tc, tp = compute_loss(model, batch, args, sampling, teacher)
             scaler.scale(loss / len(micro_batches)).backward()

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -212,53 +211,65 @@ def test_signal_saves_stops_and_resumes_exactly(sig, straight, tmp_path, monkeyp
     assert same_weights(final_weights(straight), final_weights(run))
 
 
-def signal_twice_during_step(monkeypatch, sig, at):
-    """Step `at` takes a minute, as a step of the paper's batch does on a CPU; during it, `sig` twice."""
-    def slow_get_lr(step, *args):
-        if step == at:
-            def send():
-                for _ in range(2):
-                    time.sleep(0.3)
-                    os.kill(os.getpid(), sig)
-            threading.Thread(target=send, daemon=True).start()
-            time.sleep(60)  # the first signal lets it go on; the second ends it
-        return get_lr(step, *args)
-    monkeypatch.setattr(taco, "get_lr", slow_get_lr)
+# Step `at` takes ten minutes, as a step of the paper's batch can on a CPU, its main thread blocked
+# (time.sleep, as in a long backward pass); during it, two signals arrive. Patched from outside taco.py.
+SLOW_STEP_TACO = """
+import os, sys, threading, time
+sys.path.insert(0, {here!r})
+import taco
+get_lr = taco.get_lr
+
+def slow_get_lr(step, *args):
+    if step == {at}:
+        def send():
+            for _ in range(2):
+                time.sleep(0.5)
+                os.kill(os.getpid(), {sig})
+        threading.Thread(target=send).start()
+        time.sleep(600)
+    return get_lr(step, *args)
+
+taco.get_lr = slow_get_lr
+taco.main()
+"""
 
 
-def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(straight, tmp_path, monkeypatch, capsys, quick,
-                                                                   run_taco, final_weights):
+def signalled_twice(tmp_path, quick, out, sig, at):
+    """taco.py in a process of its own (a second signal ends the process) -> its CompletedProcess."""
+    wrapper = tmp_path / "slow_taco.py"
+    wrapper.write_text(SLOW_STEP_TACO.format(here=HERE, at=at, sig=int(sig)))
+    # the thread count of the in-process runs (`straight`): the same numbers
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    return subprocess.run([sys.executable, str(wrapper), *quick, "--out", out], env=env, capture_output=True,
+                          text=True, timeout=300)  # not the 600 s the step would take
+
+
+def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(straight, tmp_path, quick, run_taco, final_weights):
     """The first SIGTERM says the run will stop after this step; the second stops it at once
-    (exit 143), naming the checkpoint to resume from; --resume then ends as an unbroken run."""
+    (exit 143) although its main thread is busy, naming the checkpoint to resume from; --resume
+    then ends as an unbroken run."""
     run = str(tmp_path / "run")
-    signal_twice_during_step(monkeypatch, signal.SIGTERM, at=6)
-    t0 = time.time()
-    assert run_taco(quick + ["--out", run]) == 128 + signal.SIGTERM
-    assert time.time() - t0 < 40  # not the minute the step would take
-    err = capsys.readouterr().err
-    assert "SIGTERM: stopping after this step, once it is saved; a second signal stops at once" in err
+    r = signalled_twice(tmp_path, quick, run, signal.SIGTERM, at=6)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-2000:]
+    assert "SIGTERM: stopping after this step, once it is saved; a second signal stops at once" in r.stderr
     assert (f"stopped at once by a second SIGTERM after step 6 (not saved); the last checkpoint is "
-            f"{os.path.join(run, 'ckpt_00000004.pt')}: to continue from it, run the same command with --resume") in err
-    assert "Traceback" not in err and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
-    monkeypatch.setattr(taco, "get_lr", get_lr)
+            f"{os.path.join(run, 'ckpt_00000004.pt')}: to continue from it, run the same command with --resume"
+            in r.stderr) and "Traceback" not in r.stderr
     assert run_taco(quick + ["--out", run, "--resume"]) == 0
     assert same_weights(final_weights(straight), final_weights(run))
 
 
-def test_a_run_stopped_before_its_first_checkpoint_starts_over(straight, tmp_path, monkeypatch, capsys, quick,
-                                                               run_taco, final_weights):
+def test_a_run_stopped_before_its_first_checkpoint_starts_over(straight, tmp_path, capsys, quick, run_taco,
+                                                               final_weights):
     """Stopped before its first checkpoint (two Ctrl-C, a kill, a crash), a folder holds a config
     and a few metrics, nothing to lose: the same command starts it over, and so does --resume.
     A folder whose checkpoints were deleted after it saved one is still refused."""
     run = str(tmp_path / "run")
     for again in ([], ["--resume"]):
-        signal_twice_during_step(monkeypatch, signal.SIGINT, at=3)
-        assert run_taco(quick + ["--out", run]) == 130
-        err = capsys.readouterr().err
-        assert ("stopped at once by a second SIGINT after step 3 (not saved); no checkpoint was saved yet: the same "
-                "command starts the run over") in err
+        r = signalled_twice(tmp_path, quick, run, signal.SIGINT, at=3)
+        assert r.returncode == 130 and ("stopped at once by a second SIGINT after step 3 (not saved); no checkpoint "
+                                        "was saved yet: the same command starts the run over") in r.stderr
         assert not runs.list_checkpoints(run) and os.path.exists(os.path.join(run, "config.json"))
-        monkeypatch.setattr(taco, "get_lr", get_lr)
         assert run_taco(quick + ["--out", run] + again) == 0
         assert (f"note: {run} holds a run that stopped before its first checkpoint (step 4; its log ends at step 2): "
                 f"nothing to lose, starting it over") in capsys.readouterr().err

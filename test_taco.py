@@ -2,12 +2,14 @@
 the contextual score, and pre-training end to end (objectives, ablations, --init, flags)."""
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import os
 import re
 import shlex
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -420,7 +422,19 @@ def test_what_a_run_says(tmp_path, capsys, quick, run_taco):
     assert [l.split(":")[0] for l in evals] == ["step 8", "step 16", "step 24"]
     assert all(score in line for score, line in zip(scores, evals, strict=True))
     estimate = [l for l in err if l.startswith("estimate: ")]
-    assert len(estimate) == 1 and re.search(r"a step over the first \d+: the \d+ steps left take ~", estimate[0])
+    assert len(estimate) == 1 and re.search(r"a step here \(from the first \d+ steps?\): the \d+ steps left take ~", estimate[0])
+
+
+def test_a_slow_first_step_gives_the_estimate_from_its_micro_batches(tmp_path, capsys, monkeypatch, quick, run_taco):
+    """A step of the paper's batch takes an hour on a CPU: the estimate comes within the first
+    step, from its first micro-batches, once 30 s have passed (a clock read 20 s apart here)."""
+    clock = itertools.count(0, 20)
+    monkeypatch.setattr(runs, "time", SimpleNamespace(time=lambda: next(clock), sleep=time.sleep))
+    assert run_taco(quick + ["--steps", "2", "--objective", "mlm", "--device_batch_size", "2", "--out",
+                            str(tmp_path / "run")]) == 0
+    estimates = [l for l in capsys.readouterr().err.splitlines() if l.startswith("estimate: ")]
+    assert estimates == ["estimate: 2.7 min a step here (from the first 1 of a step's 4 micro-batches): the 2 steps "
+                         "left take ~5.3 min"]
 
 
 def test_each_objective_names_its_own_loss(tmp_path, capsys, monkeypatch, quick, run_taco):
