@@ -51,6 +51,7 @@ class BertConfig:
     initializer_range: float = 0.02  # init N(0, 0.02)
     pad_token_id: int = 0
     tie_word_embeddings: bool = True  # MLM decoder shares the input embedding matrix
+    pooler: bool = False  # BertForPreTraining carries a [CLS] pooler: an --init's, kept (untrained) for export
 
     @classmethod
     def from_size(cls, name, **overrides):
@@ -78,8 +79,9 @@ class BertConfig:
 
     def to_hf_dict(self, architecture="BertForMaskedLM"):
         """A config.json that `transformers.AutoConfig` reads as a BERT config."""
+        ours = {k: v for k, v in asdict(self).items() if k != "pooler"}  # the weights say whether there is one
         return {"architectures": [architecture], "model_type": "bert", "hidden_act": "gelu",
-                "position_embedding_type": "absolute", **asdict(self)}
+                "position_embedding_type": "absolute", **ours}
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -187,27 +189,35 @@ class PretrainedMixin:
         """Load a directory holding config.json and model.safetensors or pytorch_model.bin."""
         with open(os.path.join(path, "config.json")) as f:
             config = BertConfig.from_dict(json.load(f))
+        weights = read_weights(path)
+        config.pooler = any(k.endswith("pooler.dense.weight") for k in weights)
         model = cls(config, **kwargs)
-        fresh = load_hf_state_dict(model, read_weights(path))
+        fresh = load_hf_state_dict(model, weights)
         if fresh:
             print(f"note: {len(fresh)} head weights not in {path} are freshly initialised: "
                   f"{', '.join(sorted(fresh)[:4])}{' ...' if len(fresh) > 4 else ''}")
         return model
 
-    def save_pretrained(self, path, vocab_file=None):
-        """Write a directory that `transformers` and `BertTokenizer` load unchanged."""
+    def save_pretrained(self, path, vocab_file=None, do_lower_case=True, **config):
+        """Write a directory that `transformers` (AutoConfig, AutoModel*, AutoTokenizer) loads
+        unchanged; `config`: extra config.json keys (a classifier's id2label, ...)."""
         os.makedirs(path, exist_ok=True)
         cfg = self.config.to_hf_dict(self.hf_architecture)
         if isinstance(self, BertForSequenceClassification):
             cfg["num_labels"] = self.num_labels
-            cfg["problem_type"] = "regression" if self.num_labels == 1 else None
+            cfg["problem_type"] = "regression" if self.num_labels == 1 else "single_label_classification"
         with open(os.path.join(path, "config.json"), "w") as f:
-            json.dump(cfg, f, indent=2)
+            json.dump({**cfg, **config}, f, indent=2)
         write_safetensors(os.path.join(path, "model.safetensors"), to_hf_state_dict(self))
         if vocab_file is not None:
             shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
+            special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                       "mask_token": "[MASK]"}
             with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
-                json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": True}, f)
+                json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+                           "model_max_length": self.config.max_position_embeddings, **special}, f, indent=2)
+            with open(os.path.join(path, "special_tokens_map.json"), "w") as f:
+                json.dump(special, f, indent=2)
 
 
 class Bert(PretrainedMixin, nn.Module):
@@ -265,6 +275,9 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
         self.bert = Bert(config)
         self.mlm = MLMHead(config, self.bert.embeddings.word)
         self.mlm.apply(lambda m: init_weights(m, config.initializer_range))
+        if config.pooler:  # no pre-training loss uses it: frozen, so that an export still has the init's
+            self.pooler = nn.Linear(config.hidden_size, config.hidden_size).requires_grad_(False)
+            init_weights(self.pooler, config.initializer_range)
 
     def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None):
         """-> (logits, h, e).
@@ -367,8 +380,9 @@ def _key_map(model):
         pairs += [(f"mlm.norm.{p}", [f"cls.predictions.transform.LayerNorm.{p}"]) for p in ("weight", "bias")]
         if not cfg.tie_word_embeddings:
             pairs += [("mlm.decoder.weight", ["cls.predictions.decoder.weight"])]
-    if isinstance(model, BertForSequenceClassification):
+    if hasattr(model, "pooler"):
         pairs += [(f"pooler.{p}", [f"bert.pooler.dense.{p}"]) for p in ("weight", "bias")]
+    if isinstance(model, BertForSequenceClassification):
         pairs += [(f"classifier.{p}", [f"classifier.{p}"]) for p in ("weight", "bias")]
     return pairs
 
@@ -403,7 +417,8 @@ def load_hf_state_dict(model, state_dict):
     Accepts BertModel checkpoints (keys without "bert.", e.g. sentence encoders) as well as
     BertForMaskedLM / BertForPreTraining / BertForSequenceClassification ones. Every
     encoder weight must be present with the right shape; a head (MLM, pooler, classifier)
-    missing from the checkpoint keeps its fresh initialisation and is reported.
+    missing from the checkpoint keeps its fresh initialisation and is reported; one the model
+    lacks (another task's) is skipped.
     """
     sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
           for k, v in state_dict.items()}
@@ -423,10 +438,9 @@ def load_hf_state_dict(model, state_dict):
     if missing:
         raise ValueError(f"checkpoint is missing {len(missing)} weights: {', '.join(missing[:5])}"
                          f"{' ...' if len(missing) > 5 else ''}")
-    heads_absent = not isinstance(model, BertForPreTraining)
-    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED)
-                  and not (k.startswith("bert.pooler.") and not isinstance(model, BertForSequenceClassification))
-                  and not (k.startswith(("cls.", "classifier.")) and heads_absent)]
+    other_heads = tuple(p for p, has in (("cls.", isinstance(model, BertForPreTraining)), ("bert.pooler.", hasattr(
+        model, "pooler")), ("classifier.", isinstance(model, BertForSequenceClassification))) if not has)
+    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]  # heads it has not: skipped
     if unexpected:
         raise ValueError(f"checkpoint has {len(unexpected)} unexpected weights: "
                          f"{', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")

@@ -186,3 +186,20 @@ def test_export_loads_in_transformers(tmp_path):
         assert (ref(input_ids=ids).logits - model(ids)[0]).abs().max() < 1e-5
     tok = transformers.BertTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert tok.convert_tokens_to_ids(["w3"]) == [8]
+
+
+def test_pooler_of_a_hugging_face_model_is_kept_frozen_and_exported(tmp_path):
+    """An HF encoder's [CLS] pooler travels through BertForPreTraining (frozen: no pre-training loss
+    uses it) and back out; a model without one has none, and config.json never says either."""
+    hf = str(tmp_path / "hf")
+    clf = BertForSequenceClassification(BertConfig.from_size("tiny", vocab_size=97), num_labels=2)
+    clf.save_pretrained(hf)  # an HF checkpoint with bert.pooler.dense.*
+    model = BertForPreTraining.from_pretrained(hf)
+    assert model.config.pooler and not model.pooler.weight.requires_grad
+    assert torch.equal(model.pooler.weight, clf.pooler.weight)
+    model.save_pretrained(str(tmp_path / "back"))
+    sd = read_safetensors(str(tmp_path / "back" / "model.safetensors"))
+    assert torch.equal(sd["bert.pooler.dense.bias"], clf.pooler.bias)
+    assert "pooler" not in json.loads((tmp_path / "back" / "config.json").read_text())
+    plain = small_model()
+    assert not hasattr(plain, "pooler") and not any("pooler" in k for k in to_hf_state_dict(plain))
