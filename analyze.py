@@ -40,9 +40,10 @@ import runs
 from cli import DataError, UsageError, int_range
 from data import load_tokenizer, make_blocks, tokenize_corpus
 from evalsets import read_beir, read_pairs, read_sts
-from finetune import load_pretrained, spearman
+from finetune import load_pretrained
 from model import Bert
 from taco import context_groups, pair_sums
+from tasks import spearman
 from toy import toy_corpus, toy_sentence_eval
 
 METRICS = ("cosine", "dot", "l1", "l2", "l10")

@@ -21,13 +21,10 @@ OUT/summary.json and a printed table (best configuration per task; mean, std, me
 """
 import argparse
 import contextlib
-import csv
-import json
 import math
 import os
-import sys
+import shutil
 import time
-from dataclasses import dataclass
 
 import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
@@ -40,187 +37,15 @@ import fast
 import runs
 from cli import UsageError, float_range, int_range
 from data import load_tokenizer
-from model import BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
+from model import SIZES, BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
 from runs import find_weights, load_checkpoint, setup_distributed, vocab_beside
 from taco import configure_optimizer, get_lr
+from tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task, load_split, read_examples
+from tokenizer import WordPieceTokenizer
 from toy import toy_corpus
 
 
-class FinetuneError(cli.UsageError):
-    """A user mistake (missing file, unknown task, ...): reported as one line, exit code 2."""
-
-
-# ----------------------------------------------------------------------------- tasks
-
-@dataclass(frozen=True)
-class Task:
-    name: str              # GLUE's: the data folder and the prediction file
-    hub: str | None        # config of nyu-mll/glue on the hub
-    text: tuple            # text columns on the hub and in CSV / JSON files (label: "label")
-    tsv: tuple             # text columns, then the label column, of the original GLUE TSV
-    labels: tuple | None   # label names in the hub's order; None = regression
-    metrics: tuple         # their mean on the first dev set is the task's main score
-    evals: tuple = (("", "dev", "test"),)  # (metric suffix, dev split, test split)
-    no_header: tuple = ()  # column names of train / dev files that have no header row
-
-
-BINARY, NLI = ("0", "1"), ("entailment", "not_entailment")
-TASKS = {  # WNLI is left out, as in the paper
-    "cola": Task("CoLA", "cola", ("sentence",), ("sentence", "label"), BINARY, ("mcc",),
-                 no_header=("source", "label", "original_label", "sentence")),
-    "sst2": Task("SST-2", "sst2", ("sentence",), ("sentence", "label"), BINARY, ("acc",)),
-    "mrpc": Task("MRPC", "mrpc", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"),
-                 BINARY, ("f1", "acc")),
-    "stsb": Task("STS-B", "stsb", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"),
-                 None, ("pearson", "spearman")),
-    "qqp": Task("QQP", "qqp", ("question1", "question2"), ("question1", "question2", "is_duplicate"),
-                BINARY, ("f1", "acc")),
-    "mnli": Task("MNLI", "mnli", ("premise", "hypothesis"), ("sentence1", "sentence2", "gold_label"),
-                 ("entailment", "neutral", "contradiction"), ("acc",),
-                 evals=(("m", "dev_matched", "test_matched"), ("mm", "dev_mismatched", "test_mismatched"))),
-    "qnli": Task("QNLI", "qnli", ("question", "sentence"), ("question", "sentence", "label"), NLI, ("acc",)),
-    "rte": Task("RTE", "rte", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), NLI, ("acc",)),
-    # the toy corpus's task: do two sentences share a topic? (GLUE TSV layout, 0/1 labels)
-    "toy": Task("toy", None, ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"),
-                BINARY, ("acc", "f1")),
-}
-GLUE = [t for t in TASKS if t != "toy"]
-
-# ----------------------------------------------------------------------------- metrics
-# Degenerate inputs (one class, constant predictions) score 0 rather than NaN.
-
-def accuracy(preds, labels):
-    preds, labels = np.asarray(preds), np.asarray(labels)
-    return float((preds == labels).mean()) if len(labels) else 0.0
-
-
-def f1_score(preds, labels):
-    """F1 of the positive class 1."""
-    preds, labels = np.asarray(preds) == 1, np.asarray(labels) == 1
-    tp, fp, fn = (preds & labels).sum(), (preds & ~labels).sum(), (~preds & labels).sum()
-    return float(2 * tp / (2 * tp + fp + fn)) if tp else 0.0
-
-
-def matthews_corrcoef(preds, labels):
-    """Matthews correlation, multi-class form (Gorodkin 2004): binary MCC for two classes."""
-    preds, labels = np.asarray(preds, dtype=np.int64), np.asarray(labels, dtype=np.int64)
-    k = int(max(preds.max(initial=0), labels.max(initial=0))) + 1
-    C = np.bincount(labels * k + preds, minlength=k * k).reshape(k, k).astype(np.float64)
-    t, p, c, s = C.sum(1), C.sum(0), np.trace(C), C.sum()
-    den = math.sqrt((s * s - p @ p) * (s * s - t @ t))
-    return float((c * s - t @ p) / den) if den else 0.0
-
-
-def pearson(x, y):
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:  # a constant has no correlation
-        return 0.0
-    x, y = x - x.mean(), y - y.mean()
-    return float((x @ y) / math.sqrt((x @ x) * (y @ y)))
-
-
-def _ranks(x):
-    """1-based ranks; tied values share the average of their ranks."""
-    x = np.asarray(x, dtype=np.float64)
-    ranks = np.empty(len(x))
-    ranks[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)
-    _, group = np.unique(x, return_inverse=True)
-    return (np.bincount(group, ranks) / np.bincount(group))[group]
-
-
-def spearman(x, y):
-    return pearson(_ranks(x), _ranks(y))
-
-
-METRICS = {"acc": accuracy, "f1": f1_score, "mcc": matthews_corrcoef,
-           "pearson": pearson, "spearman": spearman}
-
-# ----------------------------------------------------------------------------- data
-
-def read_table(path, names=()):
-    """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON(L) file."""
-    with open(cli.regular_file(path), encoding="utf-8-sig", newline="") as f:  # -sig: MRPC's files open with a BOM
-        if path.endswith(".tsv"):  # GLUE quotes nothing: a '"' is text (csv.QUOTE_NONE)
-            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-            header = list(names) or (rows.pop(0) if rows else [])
-            # a tab at the end of every line (some exports) is not a column
-            rows = [r[:-1] if len(r) == len(header) + 1 and r[-1] == "" else r for r in rows]
-            good = [r for r in rows if len(r) == len(header)]
-            if rows and not good:
-                raise FinetuneError(f"no row of {path} has the {len(header)} tab-separated fields of its "
-                                    f"header ({', '.join(header)}); its first row has {len(rows[0])}")
-            if len(good) < len(rows):  # a few lines of GLUE's QQP train.tsv lack fields
-                print(f"warning: skipped {len(rows) - len(good)} malformed rows of {path}", file=sys.stderr)
-            return {h: [r[i] for r in good] for i, h in enumerate(header)}
-        if path.endswith(".csv"):
-            rows = list(csv.DictReader(f))
-        else:
-            text = f.read()
-            try:
-                rows = json.loads(text)  # a JSON array ...
-            except json.JSONDecodeError:  # ... or JSON lines
-                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-            rows = [rows] if isinstance(rows, dict) else rows
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                raise FinetuneError(f"{path}: expected JSON objects (one per example), one per line or in an array")
-        return {k: [r.get(k) for r in rows] for k in (rows[0] if rows else {})}
-
-
-def load_split(task, split, data_dir=None, cache_dir=None):
-    """One split: {"a": texts, "b": texts or None, "labels": array or None (test), "index": ids}."""
-    if data_dir is None:
-        from datasets import load_dataset  # a slow import, needed only for the hub
-        where = f"nyu-mll/glue {task.hub} {split.replace('dev', 'validation')}"
-        try:
-            cols = load_dataset("nyu-mll/glue", task.hub, split=split.replace("dev", "validation"),
-                                cache_dir=cache_dir).to_dict()
-        except Exception as err:  # offline, no such split, ...: one line, not a traceback
-            raise FinetuneError(f"cannot load {where} from the hub ({err.__class__.__name__}); "
-                                f"offline, pass --data_dir with the GLUE files") from err
-    else:
-        where = next((w for ext in (".tsv", ".csv", ".jsonl", ".json")
-                      if os.path.lexists(w := os.path.join(data_dir, split + ext))), None)
-        if where is None:
-            raise FinetuneError(f"{data_dir} has no {split}.tsv (nor .csv/.jsonl/.json); point --data_dir "
-                                f"at the folder of {task.name}'s GLUE files")
-        try:
-            cols = read_table(where, task.no_header if split in ("train", "dev") else ())
-        except cli.UsageError:
-            raise
-        except (ValueError, UnicodeDecodeError) as err:
-            raise FinetuneError(f"cannot parse {where}: {err}") from err
-    n = len(next(iter(cols.values()), []))
-    if n == 0:
-        raise FinetuneError(f"{where} is empty; {task.name} needs examples in every split")
-    # GLUE's TSV names first, then the hub's (which CSV / JSON files use too)
-    names = next((c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label"))
-                  if set(c[0]) <= set(cols)), None)
-    if names is None:
-        raise FinetuneError(f"{where} lacks the text columns {', '.join(task.tsv[:-1])} "
-                            f"(or {', '.join(task.text)}); it has {', '.join(cols)}")
-    text, label = names
-    index = next((cols[c] for c in ("index", "idx", "id") if c in cols), range(n))
-    out = {"a": [str(s) for s in cols[text[0]]], "index": list(index), "labels": None,
-           "b": [str(s) for s in cols[text[1]]] if len(text) > 1 else None}
-    if not split.startswith("test"):  # test labels are hidden (the hub's are -1)
-        if label not in cols:
-            raise FinetuneError(f"{where} has no label column {label!r}; it has {', '.join(cols)}")
-        out["labels"] = np.array([to_label(task, v, f"{where} row {i + 1}") for i, v in enumerate(cols[label])])
-    return out
-
-
-def to_label(task, value, where):
-    """The training target: a class number (from a label name or number), or a float."""
-    try:
-        if task.labels is None:
-            return float(value)
-        y = int({name: i for i, name in enumerate(task.labels)}.get(str(value), value))
-        if 0 <= y < len(task.labels):
-            return y
-    except (TypeError, ValueError):
-        pass
-    kind = "a number" if task.labels is None else "one of " + ", ".join(task.labels)
-    raise FinetuneError(f"{where}: label {value!r} is not {kind}")
+# ----------------------------------------------------------------------------- model inputs
 
 
 def encode(tok, split, max_len, quiet=True):
@@ -266,10 +91,10 @@ def load_pretrained(spec):
             fresh = load_hf_state_dict(model, {k: v for k, v in read_weights(spec).items()
                                                if not k.startswith("classifier.")})
             weights = {k: v for k, v in model.state_dict().items() if k not in fresh}
-        else:  # taco: the encoder is the "bert." part of BertForPreTraining; no pooler
+        else:  # taco: the encoder of BertForPreTraining, and the pooler an --init brought
             state = load_checkpoint(source)
             config = BertConfig.from_dict(state["model_config"])
-            weights = {k: v for k, v in state["model"].items() if k.startswith("bert.")}
+            weights = {k: v for k, v in state["model"].items() if k.startswith(("bert.", "pooler."))}
         missing, unexpected = BertForSequenceClassification(config).load_state_dict(weights, strict=False)
     except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
         raise FinetuneError(f"cannot load --model {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
@@ -283,21 +108,35 @@ def load_pretrained(spec):
 
 # ----------------------------------------------------------------------------- recipes
 
-# Fine-tuning defaults by model width (every one can be overridden by its flag).
+# Fine-tuning defaults by what the model is (every one can be overridden by its flag).
 # small / base: the authors' scripts (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32,
 # 100 warm-up steps, lr 5e-5 for 4 epochs / 3e-5 for 6 epochs, max length 128) with the Hugging
-# Face Trainer defaults they keep (weight decay 0, AdamW eps 1e-8, linear decay, clip 1.0).
-# toy: ours for the narrow tiny / mini models on the toy pair task, which need larger steps.
+# Face Trainer defaults they keep (weight decay 0, AdamW eps 1e-8, linear decay, clip 1.0): for every
+# trained model, small's below hidden 768 (BERT-small, MiniLM), base's from it (BERT-base, -large).
+# toy: ours for taco's toy runs (tiny, mini) on the toy pair task, which need larger steps.
 FT_RECIPES = {
-    "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),  # hidden size < 512
-    "small": dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0),  # 512 <= hidden < 768 (small, medium)
-    "base": dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0),  # hidden >= 768 (base, large)
+    "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),  # a taco run of the tiny or mini recipe
+    "small": dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0),  # any other model, hidden < 768
+    "base": dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0),  # any other model, hidden >= 768
 }
 
 
-def ft_recipe(config):
-    """The FT_RECIPES entry for a model: by hidden size."""
-    return FT_RECIPES["toy" if config.hidden_size < 512 else "small" if config.hidden_size < 768 else "base"]
+def choose_ft_recipe(config, origin=None):
+    """-> (FT_RECIPES key, why) by what the model is. origin: the taco recipe that pre-trained it
+    (its run's, runs.trained_with: tiny, mini, small, ..., continue), "huggingface" (trained
+    elsewhere), or None (not known: a model of a toy size's shape is taken for a toy run)."""
+    shape = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads)
+    toy = origin in ("tiny", "mini") or (origin is None and shape in (SIZES["tiny"], SIZES["mini"]))
+    if toy:
+        return "toy", f"a taco toy run ({origin or 'by its shape'})"
+    key = "small" if config.hidden_size < 768 else "base"
+    what = "a Hugging Face model" if origin == "huggingface" else f"a model pre-trained by the {origin} recipe"
+    return key, f"{what}, hidden {config.hidden_size}: the paper's {key} recipe"
+
+
+def ft_recipe(config, origin=None):
+    """The FT_RECIPES entry for a model (choose_ft_recipe)."""
+    return FT_RECIPES[choose_ft_recipe(config, origin)[0]]
 
 
 # ----------------------------------------------------------------------------- training
@@ -362,17 +201,20 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
 
 
 @torch.no_grad()
-def predict(model, split, regression, args):
-    """Class ids (or regression values) for every example of a split, in its order."""
+def predict(model, split, regression, args, probabilities=False):
+    """Class ids (or regression values) for every example of a split, in its order; with
+    `probabilities`, also the softmax probability of each predicted class."""
     model.eval()
     order = np.argsort([len(s) for s in split["ids"]], kind="stable")  # similar lengths: little padding
-    out = np.zeros(len(order))
+    out, prob = np.zeros(len(order)), np.ones(len(order))
     for i in range(0, len(order), args.eval_batch_size):
         idx = order[i:i + args.eval_batch_size]
         with args.autocast:
             logits = model(*collate(split, idx, args.pad_id, args.device)).float()
         out[idx] = (logits[:, 0] if regression else logits.argmax(-1)).cpu().numpy()
-    return out
+        if not regression:
+            prob[idx] = logits.softmax(-1).max(-1).values.cpu().numpy()
+    return (out, prob) if probabilities else out
 
 
 def evaluate(model, task, data, args):
@@ -397,9 +239,59 @@ def write_predictions(model, task, data, args):
         runs.atomic_write(path, lambda f: f.write(("\n".join(lines) + "\n").encode()))
 
 
+def save_best(model, task, record, tok, args):
+    """OUT/best/<task>: the classifier of the best run (by dev main score) in Hugging Face format
+    (transformers.AutoModelForSequenceClassification loads it, its labels by name), with what
+    `--predict` needs to read new examples. A better one saved there for the same pre-trained model
+    is kept; one of another pre-trained model is replaced, with a note."""
+    path = os.path.join(args.out, "best", task.name)
+    old = runs.read_json(os.path.join(path, "config.json")).get("taco_task", {}) if os.path.isdir(path) else {}
+    if old.get("model") == record["model"] and old.get("dev", {}).get("main", -math.inf) >= record["metrics"]["main"]:
+        return
+    if old and old.get("model") != record["model"]:
+        print(f"note: {path} held a classifier of {old.get('model')}; replaced by this one of {record['model']}")
+    labels = {} if task.labels is None else {"id2label": dict(enumerate(task.labels)),
+                                             "label2id": {n: i for i, n in enumerate(task.labels)}}
+    about = {"name": task.name, "text": task.text, "label": task.tsv[-1], "labels": task.labels, "metrics": task.metrics,
+             "dev": record["metrics"], **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")}}
+    tmp = f"{path}.tmp{os.getpid()}"
+    model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
+                          finetuning_task=task.name, taco_task=about, **labels)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def predict_file(args):
+    """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for
+    every example of FILE -> OUT/predictions/<FILE's name>.tsv."""
+    about = runs.read_json(os.path.join(args.model, "config.json")).get("taco_task") if os.path.isfile(
+        os.path.join(args.model, "config.json")) else None
+    if not about:
+        raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
+                            f"{args.model} is not one")
+    labels = tuple(about["labels"]) if about["labels"] else None
+    task = Task(about["name"], None, tuple(about["text"]), (*about["text"], about["label"]), labels, ())
+    data = read_examples(args.predict, task)  # before the model: a bad file fails fast
+    args.device, args.pad_id, args.autocast = cli.device(args.device), 0, contextlib.nullcontext()
+    cli.set_threads(args.threads)
+    model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x")).to(args.device)
+    lower = runs.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
+    tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower)
+    args.pad_id = tok.pad_id
+    preds, prob = predict(model, encode(tok, data, args.max_len or about["max_len"]), labels is None, args, True)
+    rows = [f"{i}\t{p:.4f}" if labels is None else f"{i}\t{labels[int(p)]}\t{q:.4f}"
+            for i, p, q in zip(data["index"], preds, prob)]
+    header = "index\tprediction" + "\tprobability" * (labels is not None)
+    out = os.path.join(args.out, "predictions", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    runs.atomic_write(out, lambda f: f.write(("\n".join([header] + rows) + "\n").encode()))
+    print(f"{about['name']}: {len(rows)} predictions of {args.model} for {args.predict} in {out}")
+
+
 # ----------------------------------------------------------------------------- summary
 
 CONFIG = ("model", "max_len", "warmup", "lr", "batch_size", "epochs")  # a run's settings but its seed
+GLUE_NAMES = [TASKS[k].name for k in GLUE]
 
 
 def seed_stats(values):
@@ -414,7 +306,8 @@ def summarize(records):
     models = {}
     for model in dict.fromkeys(r["model"] for r in records):
         tasks = {}
-        for name in [t.name for t in TASKS.values()]:
+        known = [t.name for t in TASKS.values()]  # GLUE's order, then tasks of your own as they came
+        for name in sorted(dict.fromkeys(r["task"] for r in records), key=lambda n: known.index(n) if n in known else 99):
             configs = {}
             for r in records:  # a rerun of the same configuration and seed replaces the earlier one
                 if r["model"] == model and r["task"] == name:
@@ -424,8 +317,9 @@ def summarize(records):
                 chosen = list(best.values())
                 tasks[name] = {"config": {k: chosen[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in chosen),
                                "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]}}
-        glue = [s["metrics"]["main"]["mean"] for name, s in tasks.items() if name != "toy"]
-        models[model] = {"tasks": tasks, "glue_average": float(np.mean(glue)) if len(glue) > 1 else None}
+        glue = [name for name in tasks if name in GLUE_NAMES]  # never the toy task or one of your own
+        models[model] = {"tasks": tasks, "glue_tasks": glue, "glue_average": float(np.mean(
+            [tasks[name]["metrics"]["main"]["mean"] for name in glue])) if len(glue) > 1 else None}
     return {"split": "dev", "models": models}
 
 
@@ -435,55 +329,75 @@ def format_table(summary):
     for model, m in summary["models"].items():
         tasks = m["tasks"]
         cols = ["main"] + list(dict.fromkeys(c for s in tasks.values() for c in s["metrics"] if c != "main"))
+        w = max(11, *(len(name) + 1 for name in tasks))
         lines = [f"model {model}",
-                 f"{'task (dev)':<11}{'lr/batch/epochs':<17}{'seeds':>5}  " + "".join(f"{c:<20}" for c in cols)]
+                 f"{'task (dev)':<{w}}{'lr/batch/epochs':<17}{'seeds':>5}  " + "".join(f"{c:<20}" for c in cols)]
         for name, s in tasks.items():
             config = "{lr:g}/{batch_size}/{epochs}".format(**s["config"])
             cells = [f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f} ({100 * v['median']:.1f})"
                      if (v := s["metrics"].get(c)) else "" for c in cols]
-            lines.append(f"{name:<11}{config:<17}{len(s['seeds']):>5}  " + "".join(f"{c:<20}" for c in cells))
-        if m["glue_average"] is not None:
-            lines.append(f"{'GLUE average':<33}  {100 * m['glue_average']:.1f}")
+            lines.append(f"{name:<{w}}{config:<17}{len(s['seeds']):>5}  " + "".join(f"{c:<20}" for c in cells))
+        if m["glue_average"] is not None:  # of the main scores; over fewer than GLUE's 8 tasks, not the GLUE score
+            glue = m["glue_tasks"]
+            what = (f"the {len(glue)} GLUE tasks" if len(glue) == len(GLUE) else
+                    f"{len(glue)} of the {len(GLUE)} GLUE tasks, {', '.join(glue)}: not the GLUE score")
+            lines.append(f"GLUE average ({what}): {100 * m['glue_average']:.1f}")
         out.append("\n".join(line.rstrip() for line in lines))
     return "\n\n".join(out)
 
 
 # ----------------------------------------------------------------------------- command line
 
+def metric(name):
+    """argparse `type=` of --metrics: one of METRICS."""
+    if name not in METRICS:
+        raise argparse.ArgumentTypeError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
+    return name
+
+
 def get_args(argv=None):
     p = cli.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     # task and data
-    p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (GLUE's spelling, e.g. SST-2, works too)")
+    p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (GLUE's spelling, e.g. SST-2, works "
+                   "too), or a folder of your own task's files: train.tsv, dev.tsv or validation.tsv, labels.txt "
+                   "(optional), named by the folder (tasks.folder_task)")
     p.add_argument("--tasks", default=None, help="comma-separated tasks, or 'all' (the 8 GLUE tasks); overrides --task")
+    p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a task of your own: its text column, "
+                   "or two for a pair; None: every column but the label and an id")
+    p.add_argument("--label_column", default="label", help="a task of your own: its label column")
+    p.add_argument("--metrics", type=cli.list_of(metric), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
+                   "their mean is its score; None: acc, or pearson,spearman for numbers")
     p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs (train, dev, test; "
                    "MNLI dev_matched, ...) or .csv/.json/.jsonl with the hub's column names; may hold "
                    "one folder per task named as in GLUE (CoLA, SST-2, ...)")
     p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; None: their usual places")
-    p.add_argument("--max_len", type=int_range(4, 512), default=128,
-                   help="tokens per example, [CLS] and [SEP]s included")
+    p.add_argument("--max_len", type=int_range(4, 512), default=None,
+                   help="tokens per example, [CLS] and [SEP]s included; None: 128 (--predict: the saved model's)")
     # model
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint "
-                   "file, or Hugging Face BERT directory (config.json, weights, vocab.txt)")
+                   "file, or Hugging Face BERT directory (config.json, weights, vocab.txt); with --predict, a "
+                   "classifier saved in OUT/best/TASK")
     # optimisation: the plural flags give a grid of comma-separated values
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; None: by model "
-                   "size, 5e-5 (small, medium), 3e-5 (base, large), 5e-4 (tiny, mini): see FT_RECIPES")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; None: the "
+                   "recipe's (FT_RECIPES, by what the model is: a taco toy run 5e-4; any other 5e-5, 3e-5 from "
+                   "hidden 768), which the start line names")
     p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
                    help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
     p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None,
                    help="grid of batch sizes, e.g. 16,32")
-    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: 4 (small, medium), "
-                   "6 (base, large), 3 (tiny, mini)")
+    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: the recipe's (toy 3, "
+                   "small 4, base 6)")
     p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
     p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1,
                    help="seed of the head's init, the data order and dropout")
     p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
                    help="seeds for every configuration, e.g. 1,2,3,4,5")
     p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
-                   "< 1, else steps; None: 100 steps (small and up), 0.1 (tiny, mini)")
+                   "< 1, else steps; None: the recipe's (toy 0.1, else 100 steps)")
     p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW weight decay on matrices; "
-                   "None: 0 (small and up), 0.01 (tiny, mini)")
+                   "None: the recipe's (toy 0.01, else 0)")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda; None: cuda if available")
@@ -493,9 +407,12 @@ def get_args(argv=None):
     p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention instead of fast.py's "
                    "CPU equivalents (the same computation, other random draws)")
     # output
-    p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, predictions/")
+    p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, best/TASK "
+                   "(the best classifier, Hugging Face format), predictions/")
     p.add_argument("--predict_test", action="store_true", help="write GLUE server files of each task's best run "
                    "(by dev main score, among this command's runs) to OUT/predictions/")
+    p.add_argument("--predict", default=None, help="label the examples of this file (TSV/CSV/JSON(L) with the task's "
+                   "text columns, or one per line) with --model OUT/best/TASK: OUT/predictions/<name>.tsv")
     return p.parse_args(argv)
 
 
@@ -503,18 +420,19 @@ def finetune(args):
     """Every task x configuration x seed; then summary.json and the table. Fills in args'
     run-time settings (rank, world, device, dtype, autocast, pad_id, source)."""
     cli.output_path(args.out, "--out", folder=True)  # before any work
+    if args.predict:
+        return predict_file(args)
     args.rank, _, args.world, args.device = setup_distributed(args.device)
     cli.set_threads(args.threads)
-    names = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
-    for name in names:
-        if name.lower().replace("-", "") not in TASKS:  # "SST-2" -> "sst2"
-            raise FinetuneError(f"unknown task {name!r}; choose from {', '.join(TASKS)} or --tasks all")
+    specs = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
+    tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics) for spec in specs]  # (Task, folder)
     if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
         raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
     config, weights, vocab, args.source = load_pretrained(args.model)
-    for k, v in ft_recipe(config).items():  # flags left unset take the recipe for this model's size
-        if getattr(args, k) is None:
-            setattr(args, k, v)
+    origin = "huggingface" if os.path.isdir(args.source) else runs.trained_with(args.source)[1]["recipe"]
+    recipe, why = choose_ft_recipe(config, origin)
+    vars(args).update({k: v for k, v in FT_RECIPES[recipe].items() if getattr(args, k) is None})
+    args.max_len = args.max_len or 128
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
     if any(bs % args.world for _, bs, _, _ in grid):
@@ -532,10 +450,12 @@ def finetune(args):
     results = os.path.join(args.out, "results.jsonl")
     if args.rank == 0:
         os.makedirs(args.out, exist_ok=True)
-        print(f"fine-tuning {args.source}: {len(grid)} run(s) per task, {args.dtype} on {args.device.type} "
-              f"x {args.world}")
-    for task in [TASKS[name.lower().replace("-", "")] for name in names]:
-        data_dir = args.data_dir or (os.path.join(toy_corpus(args.cache_dir), "glue") if task.name == "toy" else None)
+        print(f"fine-tuning {args.source}: recipe {recipe} ({why}): lr {args.lr:g}, epochs {args.epochs}, warm-up "
+              f"{args.warmup:g}, weight decay {args.weight_decay:g} | {len(grid)} run(s) per task | {args.dtype} on "
+              f"{args.device.type} x {args.world}")
+    for task, folder in tasks:
+        data_dir = folder or args.data_dir or (os.path.join(toy_corpus(args.cache_dir), "glue") if task.name == "toy"
+                                               else None)
         if data_dir and os.path.isdir(os.path.join(data_dir, task.name)):  # glue_data/CoLA, ...
             data_dir = os.path.join(data_dir, task.name)
         splits = ["train"] + [e[1] for e in task.evals] + [e[2] for e in task.evals if args.predict_test]
@@ -546,6 +466,7 @@ def finetune(args):
             record, model = run_one(task, data, config, weights, args, lr, bs, epochs, seed)
             if args.rank == 0:
                 runs.append_jsonl(results, record)
+                save_best(model, task, record, tok, args)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)

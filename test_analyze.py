@@ -16,9 +16,9 @@ import torch.nn.functional as F
 import analyze
 import study
 from data import make_blocks, tokenize_corpus
-from finetune import spearman
 from taco import contextual_score, document_segments
 from model import Bert, BertConfig, BertForPreTraining
+from tasks import spearman
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -1,18 +1,18 @@
-"""Tests of finetune.py: metrics, GLUE file layouts, training on a learnable toy rule, errors."""
+"""Tests of finetune.py: training on a learnable toy rule, GLUE tasks and tasks of your own, the recipe by
+what the model is, the summary, the saved classifier and --predict, errors."""
 import json
-import math
 import os
 import random
 import subprocess
 import sys
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from data import load_tokenizer
-from finetune import (TASKS, FinetuneError, accuracy, collate, encode, f1_score, format_table, load_split, main,
-                      matthews_corrcoef, pearson, spearman, summarize)
+from finetune import collate, encode, format_table, main, summarize
 from model import BertConfig, BertForPreTraining
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -20,33 +20,8 @@ WORDS = "the a cat dog sat ran on mat big small red blue fish bird tree sky good
 FILLER = WORDS[:-1]  # every word but the keyword "good"
 
 
-# ----------------------------------------------------------------------------- metrics
-
-def test_accuracy_and_f1():
-    assert accuracy([1, 0, 1, 1], [1, 1, 1, 0]) == 0.5
-    assert f1_score([1, 0, 1, 1], [1, 1, 1, 0]) == pytest.approx(4 / 6)  # tp 2, fp 1, fn 1
-    assert f1_score([0, 0, 0], [1, 0, 1]) == 0.0  # no positive predicted: 0, not NaN
 
 
-def test_matthews_corrcoef():
-    # tp 2, fp 1, tn 2, fn 0: (2*2 - 1*0) / sqrt(3 * 2 * 3 * 2)
-    assert matthews_corrcoef([1, 1, 0, 0, 1], [1, 0, 0, 0, 1]) == pytest.approx(4 / 6)
-    assert matthews_corrcoef([1, 0, 1, 1], [1, 1, 1, 0]) == pytest.approx(-1 / 3)
-    assert matthews_corrcoef([1, 0, 1], [1, 0, 1]) == pytest.approx(1.0)
-    assert matthews_corrcoef([1, 1, 1, 1], [1, 0, 1, 0]) == 0.0  # one predicted class
-    assert matthews_corrcoef([0, 1], [1, 1]) == 0.0  # one true class
-
-
-def test_pearson_and_spearman():
-    assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
-    assert pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-    assert pearson([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
-    assert pearson([0.1, 0.1, 0.1], [1, 2, 3]) == 0.0  # constant predictions
-    assert spearman([1, 2, 3], [1, 10, 100]) == pytest.approx(1.0)
-    # ties share average ranks: x -> 1, 2.5, 2.5, 4 (scipy.stats.spearmanr gives the same)
-    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
-    assert spearman([2, 2, 2], [1, 2, 3]) == 0.0
-    assert not math.isnan(pearson([], []))
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -236,8 +211,13 @@ def test_summary_table_and_glue_average():
     assert s["glue_average"] == pytest.approx((0.65 + 0.9) / 2)
     table = format_table(summarize(recs))
     assert table.splitlines()[0] == "model m" and "dev" in table.splitlines()[1]
-    assert "65.0 ± 7.1 (65.0)" in table and "GLUE average" in table
+    assert "65.0 ± 7.1 (65.0)" in table  # the average says what it averages: not GLUE's 8 tasks
+    assert table.splitlines()[-1] == "GLUE average (2 of the 8 GLUE tasks, SST-2, RTE: not the GLUE score): 77.5"
     assert summarize(recs[-1:])["models"]["m"]["glue_average"] is None  # one GLUE task: no average
+    mine = {**recs[0], "task": "reviews", "metrics": {"acc": 0.1, "main": 0.1}}  # a task of your own, or the toy
+    s = summarize(recs + [mine, {**mine, "task": "toy"}])["models"]["m"]  # task: never in the GLUE average
+    assert list(s["tasks"]) == ["SST-2", "RTE", "toy", "reviews"] and s["glue_tasks"] == ["SST-2", "RTE"]
+    assert s["glue_average"] == pytest.approx((0.65 + 0.9) / 2)
 
 
 def test_summary_keeps_models_apart():
@@ -268,15 +248,27 @@ def test_two_models_fine_tuned_into_one_out(models, tmp_path):
         assert toy["config"]["lr"] == r["lr"] and toy["metrics"]["main"]["mean"] == pytest.approx(r["metrics"]["main"])
 
 
-def test_fine_tuning_recipe_by_model_size():
-    """The authors' scripts for small (5e-5, 4 epochs) and base (3e-5, 6 epochs), batch 32, 100 warm-up
-    steps, no weight decay; the narrow toy models keep their own."""
-    from finetune import FT_RECIPES, ft_recipe
-    assert ft_recipe(BertConfig.from_size("small")) == ft_recipe(BertConfig.from_size("medium")) == \
-        dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0)
-    assert ft_recipe(BertConfig.from_size("base")) == ft_recipe(BertConfig.from_size("large")) == \
-        dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0)
-    assert ft_recipe(BertConfig.from_size("tiny")) is ft_recipe(BertConfig.from_size("mini")) is FT_RECIPES["toy"]
+def test_fine_tuning_recipe_by_what_the_model_is(minilm, tmp_path, capsys):
+    """A taco toy run gets the toy recipe; any other model the authors' (small: 5e-5, 4 epochs; base:
+    3e-5, 6 epochs; batch 32, 100 warm-up steps, no weight decay), by its width: MiniLM (hidden 384,
+    a Hugging Face model) is not a toy model. The start line names the recipe and why."""
+    from finetune import FT_RECIPES, choose_ft_recipe, ft_recipe
+    assert FT_RECIPES["small"] == dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0)
+    assert FT_RECIPES["base"] == dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0)
+    tiny, mini, small, base = (BertConfig.from_size(n) for n in ("tiny", "mini", "small", "base"))
+    minilm_cfg = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    for config, origin, recipe in [(tiny, "tiny", "toy"), (mini, "mini", "toy"), (tiny, "huggingface", "small"),
+                                   (minilm_cfg, "huggingface", "small"), (minilm_cfg, "continue", "small"),
+                                   (small, "small", "small"), (base, "huggingface", "base"), (base, "continue", "base"),
+                                   (tiny, None, "toy"), (minilm_cfg, None, "small")]:  # None: not known, by shape
+        assert choose_ft_recipe(config, origin)[0] == recipe, (config, origin)
+    assert ft_recipe(tiny) is FT_RECIPES["toy"]  # study.py's and the exercises' toy runs
+    data = tmp_path / "pairs"
+    write_tsv(str(data / "train.tsv"), ["sentence1", "sentence2", "label"], keyword_rows(8, 1))
+    write_tsv(str(data / "dev.tsv"), ["sentence1", "sentence2", "label"], keyword_rows(4, 2))
+    run(["--model", minilm, "--task", str(data), "--epochs", "1", "--batch_size", "4", "--out", str(tmp_path / "out")])
+    assert ("recipe small (a Hugging Face model, hidden 384: the paper's small recipe): lr 5e-05, epochs 1"
+            in capsys.readouterr().out)
 
 
 # ----------------------------------------------------------------------------- data details
@@ -297,28 +289,8 @@ def test_pair_encoding_truncates_longest_first(models):
     assert mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]] and x[1, 3] == tok.pad_id and not types.any()
 
 
-def test_tsv_quotes_are_text(tmp_path):
-    rows = [('He said "hi', 1), ("a plain one", 0), ('"quoted" start', 1), ("it's 5\" long", 0)]
-    write_tsv(str(tmp_path / "train.tsv"), ["sentence", "label"], rows)
-    split = load_split(TASKS["sst2"], "train", str(tmp_path))
-    assert split["a"] == [r[0] for r in rows] and split["labels"].tolist() == [1, 0, 1, 0]
 
 
-def test_hub_columns(monkeypatch):
-    """The hub's column names, integer labels and split names (datasets.load_dataset faked)."""
-    import datasets
-    calls = []
-    def fake_load_dataset(path, name, split, cache_dir=None):
-        calls.append((path, name, split))
-        label = [-1, -1] if split.startswith("test") else [2, 0]
-        return datasets.Dataset.from_dict({"premise": ["p1", "p2"], "hypothesis": ["h1", "h2"],
-                                           "label": label, "idx": [7, 8]})
-    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    dev = load_split(TASKS["mnli"], "dev_mismatched")
-    assert calls[-1] == ("nyu-mll/glue", "mnli", "validation_mismatched")
-    assert dev["a"] == ["p1", "p2"] and dev["b"] == ["h1", "h2"] and dev["labels"].tolist() == [2, 0]
-    test = load_split(TASKS["mnli"], "test_matched")
-    assert calls[-1][2] == "test_matched" and test["labels"] is None and test["index"] == [7, 8]
 
 
 def test_hub_offline_is_one_line_exit_2(models, tmp_path):
@@ -330,36 +302,8 @@ def test_hub_offline_is_one_line_exit_2(models, tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: cannot load nyu-mll/glue rte train")
 
 
-def test_csv_and_jsonl_files(tmp_path):
-    (tmp_path / "train.csv").write_text('sentence1,sentence2,label\n"a, b",c,entailment\nd,e,not_entailment\n')
-    (tmp_path / "dev.jsonl").write_text('{"sentence1": "x", "sentence2": "y", "label": 1}\n'
-                                        '{"sentence1": "z", "sentence2": "w", "label": 0}\n')
-    train = load_split(TASKS["rte"], "train", str(tmp_path))
-    assert train["a"] == ["a, b", "d"] and train["labels"].tolist() == [0, 1]
-    assert load_split(TASKS["rte"], "dev", str(tmp_path))["labels"].tolist() == [1, 0]
 
 
-def test_data_files_with_a_trailing_tab_or_foreign_json(tmp_path, capsys):
-    """A tab ending every row is no column; rows that fit no header, or JSON that is not one
-    object per example, are explained in one line (and a skipped row is a warning on stderr)."""
-    rows = [("a b", "c", 1), ("d", "e f", 0)]
-    with open(tmp_path / "train.tsv", "w") as f:
-        f.write("sentence1\tsentence2\tlabel\n" + "".join("\t".join(map(str, r)) + "\t\n" for r in rows))
-    train = load_split(TASKS["rte"], "train", str(tmp_path))
-    assert train["a"] == ["a b", "d"] and train["labels"].tolist() == [1, 0]
-    with open(tmp_path / "dev.tsv", "w") as f:
-        f.write("sentence1\tsentence2\tlabel\nx\ty\t1\nonly one field\n")
-    assert len(load_split(TASKS["rte"], "dev", str(tmp_path))["a"]) == 1
-    assert "warning: skipped 1 malformed rows" in capsys.readouterr().err
-    with open(tmp_path / "dev.tsv", "w") as f:
-        f.write("sentence1\tsentence2\tlabel\nx\t\ty\t\t1\n")
-    with pytest.raises(FinetuneError, match="no row of .* has the 3 tab-separated fields"):
-        load_split(TASKS["rte"], "dev", str(tmp_path))
-    os.remove(tmp_path / "dev.tsv")
-    for text in ("[[1, 2]]", "[1]", "7", '{"sentence1": "x"}\n[2]\n'):
-        (tmp_path / "dev.jsonl").write_text(text)
-        with pytest.raises(FinetuneError, match="expected JSON objects"):
-            load_split(TASKS["rte"], "dev", str(tmp_path))
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -401,3 +345,80 @@ def test_bad_input_is_one_line_exit_2(models, tmp_path, capsys, case, hint):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and hint in err[0], err
+
+
+# ----------------------------------------------------------------------------- a task of your own, the saved classifier
+
+def review_rows(n, seed):
+    """(id, text, sentiment): "good" somewhere in the text makes it "pos", else "neg"."""
+    rng = random.Random(seed)
+    return [(f"r{i}", sentence(rng, y), "pos" if y else "neg") for i, y in enumerate(rng.random() < 0.5 for _ in range(n))]
+
+
+def test_a_task_of_your_own_fine_tunes_under_its_name_and_its_best_classifier_predicts(models, tmp_path, capsys):
+    """A folder with train.tsv / validation.tsv / labels.txt, its own label column and names: no renaming,
+    no GLUE name. Its best classifier is saved in Hugging Face format (transformers loads it, labels by
+    name) and labels new text with --predict."""
+    transformers = pytest.importorskip("transformers")
+    task = tmp_path / "reviews"
+    write_tsv(str(task / "train.tsv"), ["id", "review", "sentiment"], review_rows(64, 1))
+    write_tsv(str(task / "validation.tsv"), ["id", "review", "sentiment"], review_rows(32, 2))
+    (task / "labels.txt").write_text("neg\npos\n")
+    out = str(tmp_path / "out")
+    run(["--model", models["dir"], "--task", str(task), "--label_column", "sentiment", "--metrics", "acc,f1",
+         "--epochs", "2", "--lr", "1e-3", "--batch_size", "16", "--seeds", "1,2", "--out", out])
+    table = capsys.readouterr().out
+    recs = results(out)
+    assert [r["task"] for r in recs] == ["reviews", "reviews"] and set(recs[0]["metrics"]) == {"acc", "f1", "main"}
+    assert "reviews" in table and "GLUE average" not in table
+    best = max(recs, key=lambda r: r["metrics"]["main"])
+    saved = os.path.join(out, "best", "reviews")
+    config = json.load(open(os.path.join(saved, "config.json")))
+    assert config["taco_task"]["dev"] == best["metrics"] and config["taco_task"]["seed"] == best["seed"]
+    assert config["id2label"] == {"0": "neg", "1": "pos"} and config["finetuning_task"] == "reviews"
+
+    clf, info = transformers.AutoModelForSequenceClassification.from_pretrained(saved, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and clf.config.id2label[1] == "pos"
+    texts = ["the good cat sat on the mat", "a red fish ran", "good good good", "the sky"]
+    (tmp_path / "new.txt").write_text("\n".join(texts) + "\n")
+    run(["--predict", str(tmp_path / "new.txt"), "--model", saved, "--out", out])
+    assert "reviews: 4 predictions" in capsys.readouterr().out
+    lines = open(os.path.join(out, "predictions", "new.tsv")).read().splitlines()
+    assert lines[0] == "index\tprediction\tprobability" and len(lines) == 5
+    tok = transformers.AutoTokenizer.from_pretrained(saved)
+    with torch.no_grad():
+        logits = clf.eval()(**tok(texts, padding=True, return_tensors="pt")).logits
+    for line, p in zip(lines[1:], logits.softmax(-1)):  # what transformers computes with the saved model
+        _, label, prob = line.split("\t")
+        assert label == ["neg", "pos"][p.argmax()] and float(prob) == pytest.approx(p.max().item(), abs=1e-4)
+    write_tsv(str(tmp_path / "new.tsv"), ["review"], [(t,) for t in texts])  # the task's own columns work too
+    run(["--predict", str(tmp_path / "new.tsv"), "--model", saved, "--out", out])
+    assert open(os.path.join(out, "predictions", "new.tsv")).read().splitlines() == lines
+
+
+def test_the_saved_classifier_is_the_best_of_its_model(models, tmp_path, capsys):
+    """A later, worse run of the same pre-trained model keeps the saved one; another model's replaces
+    it, with a note."""
+    from finetune import BertForSequenceClassification, save_best
+    from tasks import TASKS
+    tok = load_tokenizer(os.path.join(models["dir"], "vocab.txt"))
+    args = SimpleNamespace(out=str(tmp_path))
+    clf = BertForSequenceClassification(BertConfig.from_size("tiny", vocab_size=tok.vocab_size))
+    record = {"model": "runs/a", "max_len": 32, "lr": 1e-3, "batch_size": 16, "epochs": 1, "seed": 1}
+    saved = lambda: json.load(open(tmp_path / "best" / "toy" / "config.json"))["taco_task"]
+    for model, score, kept in (("runs/a", 0.7, 0.7), ("runs/a", 0.6, 0.7), ("runs/a", 0.8, 0.8), ("runs/b", 0.1, 0.1)):
+        save_best(clf, TASKS["toy"], {**record, "model": model, "metrics": {"main": score}}, tok, args)
+        assert saved()["dev"]["main"] == kept and saved()["model"] == model
+    assert "held a classifier of runs/a; replaced by this one of runs/b" in capsys.readouterr().out
+    assert os.listdir(tmp_path / "best") == ["toy"]  # no temporary folder left behind
+
+
+def test_predict_and_task_flag_mistakes_are_one_line_exit_2(models, tmp_path, capsys):
+    (tmp_path / "new.txt").write_text("a cat\n")
+    for argv, hint in ((["--predict", str(tmp_path / "new.txt"), "--model", models["dir"]], "is not one"),
+                       (["--predict", str(tmp_path / "nothing.txt"), "--model", models["dir"]], "is not one"),
+                       (["--metrics", "acc,auc"], "unknown metric 'auc'; choose from acc, f1, mcc")):
+        with pytest.raises(SystemExit) as exit_info:
+            run(argv + ["--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(err) == 1 and hint in err[0], err
