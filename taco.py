@@ -449,7 +449,7 @@ def check_args(args, world_size, warn=print):
     if dbs < min(args.device_batch_size, per_rank):
         warn(f"micro-batches of {dbs} sequences, the largest divisor of the per-process batch {per_rank} up to "
              f"--device_batch_size {args.device_batch_size}" + ("; TACO's negatives come from them" * (args.objective == "taco")))
-    if args.lr >= 5 * (lr := RECIPES[args.recipe]["lr"]):  # far from the recipe: say what it risks
+    if args.lr > 5 * (lr := RECIPES[args.recipe]["lr"]):  # far from the recipe (TaCL's 1e-4 is not): say what it risks
         warn(f"--lr {args.lr:g} is {args.lr / lr:.0f}x the {args.recipe} recipe's {lr:g}" + bool(args.init) * (
             ": a trained model continued at a toy lr can collapse (every token alike); TaCL and RetroMAE use <= 1e-4"))
     if "toy" in args.data.split(",") and args.size not in TOY_SIZES:

@@ -623,6 +623,8 @@ def test_init_picks_a_recipe_that_fits_the_init(tmp_path, minilm, quick, run_tac
     warnings = []
     taco.check_args(taco.get_args(["--init", minilm, "--data", "x.txt", "--lr", "1e-3"]), 1, warnings.append)
     assert len(warnings) == 1 and "50x the continue recipe" in warnings[0] and "collapse" in warnings[0]
+    taco.check_args(taco.get_args(["--init", minilm, "--data", "x.txt", "--lr", "1e-4"]), 1, warnings.append)
+    assert len(warnings) == 1  # the official recipes' 1e-4 is no mistake
     sized = taco.get_args(["--init", minilm, "--data", "x.txt", "--size", "small"])
     assert (sized.recipe, sized.lr) == ("small", 1e-4)
     assert run_taco(quick + ["--init", minilm, "--out", str(tmp_path / "x")]) == 2
