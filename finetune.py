@@ -1,4 +1,4 @@
-"""Fine-tune a pre-trained BERT (TACO or MLM) on GLUE; report dev scores over seeds.
+"""Fine-tune a pre-trained BERT (TACO, MLM or any BERT) on GLUE or a task of your own; report dev scores over seeds.
 
     python finetune.py                                     # after python taco.py: toy task, offline
     python finetune.py --task rte --model runs/taco        # one GLUE task, data from the hub
@@ -9,6 +9,9 @@
     # all eight tasks, plus GLUE server files in runs/finetune/predictions/
     python finetune.py --tasks all --predict_test          # or --data_dir glue_data (CoLA/, SST-2/, ...)
     torchrun --standalone --nproc_per_node=8 finetune.py --task mnli   # several GPUs
+    # a task of your own (train.tsv, dev.tsv, labels.txt), then its best classifier on new text
+    python finetune.py --task data/reviews --label_column sentiment --model hf/minilm
+    python finetune.py --predict new_reviews.txt --model runs/finetune/best/reviews
 
 Each run (task x configuration x seed) evaluates on dev after every epoch. Its score is
 its last epoch's: the number of epochs is a grid hyper-parameter, so also picking the best
@@ -17,7 +20,9 @@ has one main score, used to pick the configuration and for the GLUE average: CoL
 SST-2, QNLI, RTE accuracy; MNLI matched accuracy; MRPC and QQP the mean of F1 and
 accuracy, STS-B the mean of Pearson and Spearman (as on the GLUE leaderboard); the toy
 task the mean of accuracy and F1. Results: OUT/results.jsonl (one line per run, appended),
-OUT/summary.json and a printed table (best configuration per task; mean, std, median over seeds).
+OUT/summary.json and a printed table (best configuration per task; mean, std, median over seeds),
+OUT/best/TASK (the best run's classifier, Hugging Face format). The recipe (FT_RECIPES) follows
+what the model is: a taco toy run gets the toy one, any other model the authors'.
 """
 import argparse
 import contextlib
@@ -272,7 +277,7 @@ def predict_file(args):
     labels = tuple(about["labels"]) if about["labels"] else None
     task = Task(about["name"], None, tuple(about["text"]), (*about["text"], about["label"]), labels, ())
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
-    args.device, args.pad_id, args.autocast = cli.device(args.device), 0, contextlib.nullcontext()
+    args.device, args.autocast = cli.device(args.device), contextlib.nullcontext()
     cli.set_threads(args.threads)
     model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x")).to(args.device)
     lower = runs.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
