@@ -260,10 +260,13 @@ def save_best(model, task, record, tok, args):
     about = {"name": task.name, "text": task.text, "label": task.tsv[-1], "labels": task.labels, "metrics": task.metrics,
              "dev": record["metrics"], **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")}}
     tmp = f"{path}.tmp{os.getpid()}"
-    model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
-                          finetuning_task=task.name, taco_task=about, **labels)
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    try:
+        model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
+                              finetuning_task=task.name, taco_task=about, **labels)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def predict_file(args):
@@ -431,6 +434,10 @@ def finetune(args):
     cli.set_threads(args.threads)
     specs = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
     tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics) for spec in specs]  # (Task, folder)
+    own = [f"--{f}" for f in ("text_columns", "metrics") if getattr(args, f)]
+    own += ["--label_column"] * (args.label_column != "label")
+    if own and all(task in TASKS.values() for task, _ in tasks):
+        raise FinetuneError(f"{', '.join(own)}: for a task of your own (--task FOLDER), not {specs[0]}")
     if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
         raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
     config, weights, vocab, args.source = load_pretrained(args.model)
