@@ -29,6 +29,7 @@ import contextlib
 import math
 import os
 import shutil
+import sys
 import time
 
 import cli  # before torch: cli sets how idle CPU threads wait
@@ -162,6 +163,9 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     steps_per_epoch = math.ceil((n + (-n) % world) / batch_size)
     total = steps_per_epoch * epochs
     warmup = round(args.warmup * total) if args.warmup < 1 else int(args.warmup)
+    if warmup > total and args.rank == 0:  # the authors' 100 steps on a small task of your own
+        print(f"warning: {task.name}: warm-up {warmup} steps > the {total} steps of training: the lr never reaches "
+              f"{lr:g}; pass a fraction, e.g. --warmup 0.1", file=sys.stderr)
     order = torch.Generator().manual_seed(seed)  # the same order on every rank; each takes its share
     torch.manual_seed(seed + args.rank)  # dropout differs across ranks
     record = {"task": task.name, "model": args.source, "max_len": args.max_len, "warmup": args.warmup,
