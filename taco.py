@@ -17,8 +17,6 @@ The global batch (--batch_size) is fixed by the command; gradient accumulation i
 from it, the micro-batch and the world size, so every launch above takes the same optimizer steps.
 """
 import contextlib
-import filecmp
-import os
 from typing import NamedTuple
 
 import cli  # before torch: cli sets how idle CPU threads wait
@@ -32,6 +30,7 @@ from cli import UsageError, float_range, int_range
 from data import Batches, mask_tokens, rand, retromae_batch
 from fast import SampledCosines, speed_up
 from model import SIZES, Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
+from toy import is_toy_vocab
 
 
 # ----------------------------------------------------------------------------- the TC loss (the paper's Sec. 3)
@@ -265,17 +264,9 @@ def contextual_score(model, batches, attention_masks=None, sep_id=None):
 
 # ----------------------------------------------------------------------------- recipes and flags
 
-# --size -> training recipe. tiny/mini are ours, sized so the offline toy corpus trains in
-# minutes on a laptop CPU; medium/large follow small/base. Where each value of small/base (and
-# of the fixed settings) comes from; "scripts" = the authors' train_small.sh / train_base.sh
-# (github.com/FUZHIYI/TACO), "HF default" = a Trainer default those scripts do not override:
-#   steps 250k / 500k, warm-up 2,500 / 10,000    scripts (MAX_STEPS, WARMUP_STEPS)
-#   lr 1e-4, linear warm-up and decay, seq 256    scripts; the paper's Sec. 4.1
-#   batch 1,280                                   the paper's Sec. 4.1 (the scripts' defaults give
-#                                                 256 per GPU x 4 accumulation x 2 GPUs = 2,048)
-#   weight decay 0.01, masking 15%                scripts (we exempt biases and LayerNorm: HF does too)
-#   AdamW betas (0.9, 0.999), eps 1e-8, clip 1.0  HF default (configure_optimizer, --clip)
-#   K 50, W 5, tau 0.07, lambda 1                 scripts (NEG_K, POS_WINDOW_SIZE, TAU, SIM_WEIGHT)
+# --size -> training recipe (docs/paper.md: where each value comes from). tiny/mini are ours: the toy corpus trains in
+# minutes on a laptop CPU; small/base are the authors' (train_small.sh, train_base.sh; the paper's Sec. 4.1), medium/large
+# follow them; "continue" is for --init of a trained model (choose_recipe; its sources: docs/model.md).
 RECIPES = {
     "tiny": dict(steps=600, warmup=60, batch_size=32, max_len=128, lr=1e-3),
     "mini": dict(steps=3000, warmup=300, batch_size=64, max_len=128, lr=5e-4),
@@ -283,9 +274,6 @@ RECIPES = {
     "medium": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4),
     "base": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
     "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
-    # --init of a trained model (choose_recipe): TaCL and RetroMAE continue bert-base at lr 1e-4, 10% warm-up,
-    # batch 256 (yxuansu/TaCL train_tacl_english.sh + train.py; staoxiao/RetroMAE examples/pretrain);
-    # FlagEmbedding continues its embedding models at 2e-5. On a CPU-sized batch, 2e-5 (docs/model.md).
     "continue": dict(steps=1000, warmup=100, batch_size=32, max_len=128, lr=2e-5),
 }
 
@@ -317,8 +305,7 @@ def get_lr(step, lr, warmup, steps):
 def get_args(argv=None):
     p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=cli.HelpFormatter)
     # model and objective
-    p.add_argument("--size", default=None, choices=list(SIZES), help="model size (default tiny); also picks the training "
-                   "recipe (RECIPES; with --init the model is the init's, and the recipe fits it: see choose_recipe)")
+    p.add_argument("--size", default=None, choices=list(SIZES), help="model size (default tiny) and its recipe (RECIPES)")
     p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl", "retromae"],
                    help="taco = MLM + TC; mlm = the baseline; tacl = MLM + TaCL (Su et al. 2022; needs --init); "
                    "retromae = whole-word MLM + RetroMAE's decoder loss (Xiao et al. 2022)")
@@ -355,7 +342,7 @@ def get_args(argv=None):
     p.add_argument("--untie_embeddings", action="store_true", help="separate MLM decoder matrix (Appendix B)")
     # data
     p.add_argument("--data", default=None, help="comma-separated: toy, wikipedia, bookcorpus, wikitext103, files or "
-                   "folders (default: toy for --size tiny and mini, else the paper's wikipedia,bookcorpus)")
+                   "folders (default: toy for --size tiny and mini, else the paper's; --init: toy models only)")
     p.add_argument("--vocab", default=None, help="vocab.txt, a folder with one, or a hub id (default: toy vocab "
                    "for --data toy, else bert-base-uncased)")
     p.add_argument("--max_len", type=int_range(8, 512), default=None, help="tokens per block (default: the recipe's)")
@@ -405,20 +392,15 @@ def get_args(argv=None):
 
 
 def choose_recipe(args):
-    """-> (RECIPES key, why): --size's; with --init, --size's if given, the init's own if it is a taco run of a
-    toy recipe, else "continue". --init needs --data unless its vocabulary is the toy corpus's (551 words)."""
+    """-> (RECIPES key, why): --size's, or with --init one that fits the init (docs/model.md)."""
     if not args.init:
         return args.size or "tiny", "--size"
     source, run = runs.trained_with(args.init)
-    vocab = runs.vocab_beside(source)
-    if args.data is None and not (os.path.isfile(vocab) and os.path.getsize(vocab) < 65536 and filecmp.cmp(
-            vocab, load_tokenizer("toy", args.cache_dir).vocab_file, shallow=False)):
-        raise UsageError(f"--init {args.init} has its own vocabulary: pass --data, the text to continue it on "
-                         f"(the toy corpus is for toy models)")
-    if args.size or (run and run["recipe"] in TOY_SIZES):
+    if args.data is None and not is_toy_vocab(runs.vocab_beside(source), args.cache_dir):  # no toy corpus for it
+        raise UsageError(f"--init {args.init} has its own vocabulary: pass --data, the text to continue it on")
+    if args.size or (run and run["recipe"] in TOY_SIZES):  # a toy run continues as it was trained
         return (args.size, "--size as given") if args.size else (run["recipe"], "--init is a taco toy run")
-    what = "a Hugging Face model" if run is None else f"a trained model ({run['recipe']} recipe)"
-    return "continue", f"--init is {what}: lr {RECIPES['continue']['lr']:g}, 10% warm-up"
+    return "continue", f"--init is a {'Hugging Face' if run is None else 'trained'} model: lr {RECIPES['continue']['lr']:g}"
 
 
 def check_args(args, world_size, warn=print):
@@ -450,8 +432,7 @@ def check_args(args, world_size, warn=print):
         warn(f"micro-batches of {dbs} sequences, the largest divisor of the per-process batch {per_rank} up to "
              f"--device_batch_size {args.device_batch_size}" + ("; TACO's negatives come from them" * (args.objective == "taco")))
     if args.lr > 5 * (lr := RECIPES[args.recipe]["lr"]):  # far from the recipe (TaCL's 1e-4 is not): say what it risks
-        warn(f"--lr {args.lr:g} is {args.lr / lr:.0f}x the {args.recipe} recipe's {lr:g}" + bool(args.init) * (
-            ": a trained model continued at a toy lr can collapse (every token alike); TaCL and RetroMAE use <= 1e-4"))
+        warn(f"--lr {args.lr:g} is {args.lr / lr:.0f}x the {args.recipe} recipe's {lr:g}: a trained model can collapse")
     if "toy" in args.data.split(",") and args.size not in TOY_SIZES:
         warn(f"--size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's run: that is "
              f"the default --data {PAPER_DATA}")

@@ -191,6 +191,12 @@ def toy_corpus(cache_dir=None, seed=0):
     return _generate_once(final, lambda tmp: _write_toy(tmp, random.Random(seed)))
 
 
+def is_toy_vocab(path, cache_dir=None):
+    """Is `path` the toy corpus's vocabulary (551 words; a real model's has tens of thousands)?"""
+    return (os.path.isfile(path) and os.path.getsize(path) < 65536
+            and Path(path).read_bytes() == (toy_corpus(cache_dir) / "vocab.txt").read_bytes())
+
+
 def _generate_once(final, write):
     """The folder `final`, filled by write(folder) the first time: in a temp folder beside it,
     then renamed into place, so a reader never sees half of it."""
