@@ -34,7 +34,7 @@ from model import BertForPreTraining, to_hf_state_dict, write_safetensors
 def export(spec, out, pooling=None, encoder_only=False):
     """Write the HF folder `out` from a run, checkpoint or HF folder `spec` -> a summary line."""
     source, run = runs.trained_with(spec)
-    init = runs.load_init(spec)  # the weights, RetroMAE's decoder included
+    init = runs.load_init(spec, "SOURCE")  # the weights, RetroMAE's decoder included
     vocab = runs.vocab_beside(source)
     cli.regular_file(vocab, "vocabulary")
     cfg, fresh_pooler = init.config, not init.config.pooler

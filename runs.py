@@ -341,7 +341,7 @@ class Init(NamedTuple):
     source: str
 
 
-def load_init(spec):
+def load_init(spec, flag="--init"):
     """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue
     from -> Init. Weights only: optimizer, schedule and step start anew. A Hugging Face encoder
     without an MLM head gets a fresh head (with a note)."""
@@ -355,7 +355,7 @@ def load_init(spec):
     except UsageError:
         raise
     except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
-        raise UsageError(f"cannot load --init {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
+        raise UsageError(f"cannot load {flag} {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
 
 
 # ----------------------------------------------------------------------------- processes

@@ -105,7 +105,12 @@ def test_export_mistakes_are_one_line_exit_2(toy_runs, tmp_path, capsys):
     full = tmp_path / "full"
     full.mkdir()
     (full / "notes.txt").write_text("mine")
+    broken = tmp_path / "broken"  # an HF folder whose files are not what they say
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    (broken / "model.safetensors").write_text("junk")
     for argv, message in (([str(tmp_path / "none"), str(tmp_path / "a")], "does not exist"),
+                          ([str(broken), str(tmp_path / "a")], f"cannot load SOURCE {broken}: "),
                           ([toy_runs["taco"], str(full)], "not empty and holds no export"),
                           ([toy_runs["taco"], str(full / "notes.txt")], "is a file")):
         with pytest.raises(SystemExit) as exit:
@@ -117,4 +122,4 @@ def test_export_mistakes_are_one_line_exit_2(toy_runs, tmp_path, capsys):
     export.main([toy_runs["taco"], again])
     export.main([toy_runs["mlm"], again])  # an earlier export is replaced
     assert "mlm run" in capsys.readouterr().out.splitlines()[-1]
-    assert sorted(os.listdir(tmp_path)) == ["again", "full"]  # no temporary folder left behind
+    assert sorted(os.listdir(tmp_path)) == ["again", "broken", "full"]  # no temporary folder left behind

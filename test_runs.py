@@ -143,6 +143,20 @@ def test_project_files_tolerant_tail_strict_otherwise(tmp_path, capsys):
     assert path.read_text() == '{"a": 1}\n{"a": 3}\n'
 
 
+def test_trained_with_reads_a_runs_recipe_also_from_older_checkpoints(straight, tmp_path):
+    """The recipe a checkpoint's run trained with (recipes depend on --init): recorded since then;
+    before, its --size's, unless the model has another shape (an --init of another model)."""
+    source, run = runs.trained_with(straight)
+    assert source.endswith("ckpt_00000016.pt") and (run["recipe"], run["data"]) == ("tiny", "toy")
+    ckpt = torch.load(source, weights_only=True)
+    for shape, recipe in (((2, 128, 2), "tiny"), ((6, 384, 12), "continue")):
+        old = {**ckpt, "args": {k: v for k, v in ckpt["args"].items() if not k.startswith("recipe")}}
+        old["model_config"] = {**ckpt["model_config"], "num_hidden_layers": shape[0], "hidden_size": shape[1],
+                               "num_attention_heads": shape[2]}
+        torch.save(old, tmp_path / "old.pt")
+        assert runs.trained_with(str(tmp_path / "old.pt"))[1]["recipe"] == recipe
+
+
 def test_finished_run_is_left_alone(straight, capsys, quick, run_taco):
     config = os.path.join(straight, "config.json")
     before = (open(config).read(), os.stat(config).st_mtime_ns)
