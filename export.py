@@ -5,9 +5,9 @@
     python export.py runs/minilm_taco hf/minilm_taco --encoder_only   # a BertModel: no MLM head
 
 OUT gets config.json (model_type bert, architecture BertForMaskedLM), model.safetensors (the
-encoder, its [CLS] pooler and the MLM head), vocab.txt with tokenizer_config.json and
-special_tokens_map.json, and sentence-transformers' modules.json with its pooling. Each of these
-then loads it as it loads a model from the hub:
+encoder, its [CLS] pooler and the MLM head), vocab.txt with tokenizer_config.json, and
+sentence-transformers' modules.json with its pooling. Each of these then loads it as it loads a
+model from the hub:
 
     transformers.AutoConfig / AutoTokenizer / AutoModel / AutoModelForMaskedLM.from_pretrained("hf/taco")
     sentence_transformers.SentenceTransformer("hf/taco")      # --pooling: mean, or cls (retromae's default)

@@ -211,13 +211,9 @@ class PretrainedMixin:
         write_safetensors(os.path.join(path, "model.safetensors"), to_hf_state_dict(self))
         if vocab_file is not None:
             shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
-            special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-                       "mask_token": "[MASK]"}
-            with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+            with open(os.path.join(path, "tokenizer_config.json"), "w") as f:  # BertTokenizer's special tokens
                 json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                           "model_max_length": self.config.max_position_embeddings, **special}, f, indent=2)
-            with open(os.path.join(path, "special_tokens_map.json"), "w") as f:
-                json.dump(special, f, indent=2)
+                           "model_max_length": self.config.max_position_embeddings}, f, indent=2)
 
 
 class Bert(PretrainedMixin, nn.Module):
@@ -417,8 +413,7 @@ def load_hf_state_dict(model, state_dict):
     Accepts BertModel checkpoints (keys without "bert.", e.g. sentence encoders) as well as
     BertForMaskedLM / BertForPreTraining / BertForSequenceClassification ones. Every
     encoder weight must be present with the right shape; a head (MLM, pooler, classifier)
-    missing from the checkpoint keeps its fresh initialisation and is reported; one the model
-    lacks (another task's) is skipped.
+    missing from the checkpoint keeps its fresh initialisation and is reported; another task's is skipped.
     """
     sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
           for k, v in state_dict.items()}
