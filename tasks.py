@@ -260,7 +260,10 @@ def folder_task(folder, text_columns=None, label_column="label", metrics=None):
     if not 1 <= len(text) <= 2 or not set(text) <= set(cols):
         raise FinetuneError(f"{train}: the text is one column or a pair, of {', '.join(cols)}; got "
                             f"{', '.join(text) or 'none'}: pass --text_columns A or A,B")
-    labels = read_labels(os.path.join(folder, "labels.txt"), cols[label_column], train)
+    labels_file, correlations = os.path.join(folder, "labels.txt"), set(metrics or ()) <= {"pearson", "spearman"}
+    # scored by correlations only: a regression, whole numbers too (ratings 1-5)
+    labels = None if metrics and correlations and not os.path.exists(labels_file) else read_labels(
+        labels_file, cols[label_column], train)
     regression = labels is None
     metrics = tuple(metrics or (("pearson", "spearman") if regression else ("acc",)))
     if regression and not set(metrics) <= {"pearson", "spearman"}:
@@ -274,11 +277,15 @@ def read_labels(path, values, train):
     if os.path.exists(path):
         labels = tuple(dict.fromkeys(line.strip() for line in parsed(path, read_lines, path)))
     else:
+        if (row := next((i for i, v in enumerate(values) if v is None or not str(v).strip()), None)) is not None:
+            raise FinetuneError(f"{train} row {row + 1} has no label")
         distinct = sorted({str(v).strip() for v in values})
         try:
             numbers = [float(v) for v in distinct]
         except ValueError:
             numbers = None
+        if numbers is not None and not all(map(math.isfinite, numbers)):
+            raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(distinct[:5])})")
         if numbers is not None and any(n != int(n) for n in numbers):
             print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
             return None

@@ -126,6 +126,10 @@ def test_a_folder_describes_its_task(tmp_path, capsys):
     assert (task.text, task.labels, task.metrics, task.evals[0][1]) == (("s1", "s2"), None, ("pearson", "spearman"),
                                                                         "validation")
     assert load_split(task, "validation", str(tmp_path / "sim"))["labels"].tolist() == [1.5]
+    ratings = folder_task(str(tmp_path / "stars"), label_column="stars", metrics=["spearman"])  # whole numbers
+    assert (ratings.labels, ratings.metrics) == ((("10", "9", "2"), ("spearman",)))  # labels.txt: still classes
+    os.remove(tmp_path / "stars" / "labels.txt")
+    assert folder_task(str(tmp_path / "stars"), label_column="stars", metrics=["spearman"]).labels is None
 
 
 def test_a_task_is_a_name_or_a_folder(tmp_path):
@@ -146,6 +150,8 @@ def test_a_task_is_a_name_or_a_folder(tmp_path):
     ("one label", "a classification needs at least 2 labels, found 1"),
     ("regression scored by accuracy", "is a regression (its labels are numbers): score it by pearson, spearman"),
     ("dev label not in labels.txt", "label 'maybe' is not one of no, yes"),
+    ("a row without a label", "row 2 has no label"),
+    ("a label that is not a number", "a label is not a finite number (1, nan)"),
 ])
 def test_task_folder_mistakes_say_what_to_do(tmp_path, case, hint):
     d, kw = tmp_path / "mine", {}
@@ -160,10 +166,14 @@ def test_task_folder_mistakes_say_what_to_do(tmp_path, case, hint):
         rows = [("a", "yes"), ("b", "yes")]
     if case == "regression scored by accuracy":
         rows, kw = [("a", 0.5), ("b", 1.5)], {"metrics": ["acc"]}
+    if case == "a row without a label":
+        rows = [("a", "yes"), ("b", " ")]
+    if case == "a label that is not a number":
+        rows = [("a", "1"), ("b", "nan")]
     write_tsv(str(d / "train.tsv"), header, rows)
     if case != "no dev":
         write_tsv(str(d / "dev.tsv"), header, [("c", "maybe")] if case == "dev label not in labels.txt" else rows)
-    if case != "regression scored by accuracy":
+    if case not in ("regression scored by accuracy", "a row without a label", "a label that is not a number"):
         (d / "labels.txt").write_text("no\nyes\n" if case != "one label" else "yes\n")
     with pytest.raises(FinetuneError, match=re.escape(hint)):
         load_split(folder_task(str(d), **kw), "dev", str(d))
