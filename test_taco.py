@@ -744,10 +744,14 @@ def documented_commands():
     return commands
 
 
-def test_documented_gpu_commands_parse():
+def test_documented_gpu_commands_parse(tmp_path):
     """The commands README and the docstrings promise (1 GPU, 8 GPUs, 2 nodes, bench) are
-    accepted by the argument parsers and taco's checks, with their world size."""
-    commands = documented_commands()
+    accepted by the argument parsers and taco's checks, with their world size. An `--init
+    path/to/...` stands for a Hugging Face folder (its recipe depends on what it holds)."""
+    hf, vocab = str(tmp_path / "hf"), tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(27)]) + "\n")
+    BertForPreTraining(BertConfig.from_size("tiny", vocab_size=32)).save_pretrained(hf, vocab_file=str(vocab))
+    commands = [(s, [hf if a.startswith("path/to/") else a for a in argv], w) for s, argv, w in documented_commands()]
     assert sum(s == "taco.py" and w == 8 for s, _, w in commands) >= 2  # torchrun lines found
     assert sum(s == "taco.py" and w == 16 for s, _, w in commands) >= 1
     assert any(s == "bench.py" and "bf16" in argv for s, argv, _ in commands)
