@@ -401,7 +401,8 @@ def whole_word_mask(input_ids, tokenizer, probability, generator=None, n=1):
     encoder and decoder masks): n independent masks per sequence -> (B, n, T) bool, True = chosen.
 
     A word is a piece plus the "##" pieces after it (a "##" right after a mid-block [SEP] joins
-    the word before the [SEP], as in HF); special tokens are never chosen. k = round(L * p)
+    the word before the [SEP], as in HF); [CLS], [SEP] and padding are never chosen, [UNK] is a
+    word like any other (HF skips only "[CLS]" and "[SEP]"). k = round(L * p)
     (at least 1, at most 512) with L the non-padding length, specials included. Words are
     visited in a random order (the argsort of one uniform draw per position, (B*n, T)); a word
     is taken if it still fits in k, skipped if it would overflow, until k tokens are chosen.
@@ -412,8 +413,7 @@ def whole_word_mask(input_ids, tokenizer, probability, generator=None, n=1):
     ids = input_ids.long()
     B, T = ids.shape
     device = ids.device
-    special = torch.isin(ids, torch.tensor(tokenizer.special_ids, device=device))
-    candidate = ~special
+    candidate = ~torch.isin(ids, torch.tensor(frame_ids(tokenizer), device=device))
     cont = tokenizer.is_continuation.to(device)[ids] & candidate
     after_word = (candidate.long().cumsum(1) - candidate.long()) > 0  # a candidate lies before it
     start = candidate & ~(cont & after_word)  # the first piece of a word
@@ -465,13 +465,22 @@ def decoder_visible(input_ids, tokenizer, probability, generator=None, pool=256)
 def retromae_batch(input_ids, tokenizer, enc_probability=0.3, dec_probability=0.5, generator=None, pool=256):
     """One RetroMAE batch -> (inputs, labels, visible, dec_labels): the encoder's whole-word-masked
     input and its MLM labels; the decoder's (B, T, T) visibility over the *unmasked* ids and its
-    labels, every non-special token (RetroMAE's collator, staoxiao/RetroMAE src/pretrain/data.py)."""
+    labels, every token but [CLS], [SEP] and padding (RetroMAE's collator, staoxiao/RetroMAE
+    src/pretrain/data.py). [UNK] as there: a word the masks may choose, never masked in the encoder
+    (HF's torch_mask_tokens drops every special position, [UNK] among them, after the word walk),
+    hidden from decoder rows and a decoder target like any other token."""
     ids = input_ids.long()
-    selected = whole_word_mask(ids, tokenizer, enc_probability, generator)[:, 0]
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids, device=ids.device))
+    selected = whole_word_mask(ids, tokenizer, enc_probability, generator)[:, 0] & ~special
     inputs, labels = mask_selected(ids, selected, tokenizer, generator)
     visible = decoder_visible(ids, tokenizer, dec_probability, generator, pool)
-    special = torch.isin(ids, torch.tensor(tokenizer.special_ids, device=ids.device))
-    return inputs, labels, visible, torch.where(special, -100, ids)
+    frame = torch.isin(ids, torch.tensor(frame_ids(tokenizer), device=ids.device))
+    return inputs, labels, visible, torch.where(frame, -100, ids)
+
+
+def frame_ids(tokenizer):
+    """[CLS], [SEP], [PAD]: the tokens that frame a text, not part of it (HF's whole-word walk skips them)."""
+    return [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
 
 
 # ----------------------------------------------------------------------------- command line

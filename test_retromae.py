@@ -7,6 +7,7 @@ import math
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -36,14 +37,15 @@ def plain_ids(tok, B, T, gen):
 
 
 def random_ids(tok, B, T, gen, p_piece=0.3):
-    """Rows with "##" pieces (some right after [CLS] or a mid-block [SEP]), mid-block [SEP]s
-    and trailing padding: every corner of the word rule."""
+    """Rows with "##" pieces (some right after [CLS], a mid-block [SEP] or an [UNK]), mid-block
+    [SEP]s, [UNK]s and trailing padding: every corner of the word rule."""
     normal = [i for i in range(tok.vocab_size) if i not in tok.special_ids]
     pieces = torch.tensor([i for i in normal if tok.is_continuation[i]])
     words = torch.tensor([i for i in normal if not tok.is_continuation[i]])
     ids = words[torch.randint(len(words), (B, T), generator=gen)]
     piece = torch.rand(B, T, generator=gen) < p_piece
     ids = torch.where(piece, pieces[torch.randint(len(pieces), (B, T), generator=gen)], ids)
+    ids = torch.where(torch.rand(B, T, generator=gen) < 0.05, tok.unk_id, ids)
     ids = torch.where(torch.rand(B, T, generator=gen) < 0.05, tok.sep_id, ids)
     ids[:, 0] = tok.cls_id
     for b in range(B):
@@ -90,7 +92,8 @@ def test_whole_word_mask_equals_the_loop_reference(tok, probability):
         tokens = [tok.ids_to_tokens[i] for i in row.tolist() if i != tok.pad_id]  # unpadded, as upstream
         want = hf_whole_word_mask(tokens, keys[r].tolist(), probability)
         assert set(got[r // n, r % n].nonzero().squeeze(1).tolist()) == want, (r, tokens)
-    assert not (got & torch.isin(ids, torch.tensor(tok.special_ids))[:, None]).any()
+    frame = torch.tensor([tok.cls_id, tok.sep_id, tok.pad_id])
+    assert not (got & torch.isin(ids, frame)[:, None]).any() and (got & (ids == tok.unk_id)[:, None]).any()
 
 
 def test_whole_word_mask_counts_and_whole_words(tok):
@@ -147,9 +150,38 @@ def test_retromae_batch_labels(tok):
     ids = random_ids(tok, 8, 64, gen)
     inputs, labels, visible, dec_labels = retromae_batch(ids, tok, 0.3, 0.5, gen)
     special = torch.isin(ids, torch.tensor(tok.special_ids))
-    assert torch.equal(dec_labels, torch.where(special, -100, ids))  # every other token is a target
+    frame = torch.isin(ids, torch.tensor([tok.cls_id, tok.sep_id, tok.pad_id]))
+    assert torch.equal(dec_labels, torch.where(frame, -100, ids))  # every other token is a target, [UNK] too
+    assert (dec_labels == tok.unk_id).any()
     assert not (labels != -100)[special].any() and torch.equal(labels[labels != -100], ids[labels != -100])
     assert visible.shape == (8, 64, 64)
+
+
+def test_unk_as_hugging_face_and_the_official_collator_treat_it(tok):
+    """[UNK] against the installed transformers. Whole-word masking: the tokenizer's own special
+    mask marks [CLS] and [SEP] only, so [UNK] is a word (its word id is not -1), as in RetroMAE's
+    pinned 4.34 `_whole_word_mask`, which skips only "[CLS]" and "[SEP]": taco's masks choose among
+    the same positions. BERT's 80/10/10 step (torch_mask_tokens) takes its special mask from
+    get_special_tokens_mask, which holds [UNK]: never masked, in HF and in taco's encoder. The
+    official decoder labels are every position but the first and last: [UNK] is a target."""
+    transformers = pytest.importorskip("transformers")
+    from transformers import DataCollatorForLanguageModeling as Collator
+    if not hasattr(Collator, "_calc_word_ids_and_prob_mask"):
+        pytest.skip("this transformers has another whole-word masking")
+    hf = transformers.BertTokenizerFast(tok.vocab_file)
+    text = "the ωω cat sat ψ the catωx"  # words with a letter the vocabulary lacks: [UNK]
+    enc = hf(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    ids = torch.tensor([enc["input_ids"]])
+    assert enc["input_ids"][1:-1] == tok.encode(text) and (ids == tok.unk_id).sum() >= 2
+    word_ids, _ = Collator._calc_word_ids_and_prob_mask(np.array([enc["offset_mapping"]]),
+                                                       np.array([enc["special_tokens_mask"]]))
+    every_word = whole_word_mask(ids, tok, 1.0)[:, 0]  # k > the words: every candidate is chosen
+    assert torch.equal(every_word, torch.from_numpy(word_ids != -1))
+    collator = Collator(hf, mlm_probability=1.0, mask_replace_prob=1.0, random_replace_prob=0.0)
+    _, hf_labels = collator.torch_mask_tokens(ids.clone())
+    _, labels, _, dec_labels = retromae_batch(ids, tok, 1.0, 0.5, torch.Generator().manual_seed(0))
+    assert torch.equal(labels != -100, hf_labels != -100)  # every token but [CLS], [SEP] and [UNK]
+    assert torch.equal(dec_labels[0, 1:-1], ids[0, 1:-1]) and (dec_labels[0, [0, -1]] == -100).all()
 
 
 # ----------------------------------------------------------------------------- the model
