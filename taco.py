@@ -357,7 +357,8 @@ def get_args(argv=None):
     p.add_argument("--device_batch_size", type=int_range(1), default=32, help="at most this many sequences per device "
                    "per micro-step (the largest divisor of the per-process batch up to this)")
     p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate (default: the recipe's)")
-    p.add_argument("--weight_decay", type=float_range(0), default=0.01, help="AdamW weight decay on matrices")
+    p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW weight decay on matrices "
+                   "(default: 0.01; 0 for tacl, as its official code)")
     p.add_argument("--clip", type=float_range(0, lo_open=True), default=1.0, help="gradient-norm clipping")
     p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="seeds init, data order, masking and sampling")
     # system
@@ -381,6 +382,8 @@ def get_args(argv=None):
     args.recipe, args.recipe_why = choose_recipe(args)
     args.size, recipe = args.size or "tiny", RECIPES[args.recipe]
     args.temperature = args.temperature or (0.01 if args.objective == "tacl" else 0.07)
+    if args.weight_decay is None:  # TaCL's AdamW (transformers' default) has none; TACO's scripts 0.01
+        args.weight_decay = 0.0 if args.objective == "tacl" else 0.01
     args.mlm_probability = args.mlm_probability or (0.3 if args.objective == "retromae" else 0.15)  # RetroMAE's: 30%
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
