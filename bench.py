@@ -90,10 +90,12 @@ def get_args(argv=None):
     args = p.parse_args(argv)
     with cli.errors():
         args.device = cli.device(args.device)
+        if args.compile:
+            cli.check_compile(args.device)
     args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" else "fp32")
     args.variants = args.variants.split(",")
-    if unknown := set(args.variants) - set(VARIANTS + ON_REQUEST):
-        p.error(f"unknown variants {sorted(unknown)}")
+    if unknown := set(args.variants + [args.probe] * bool(args.probe)) - set(VARIANTS + ON_REQUEST):
+        p.error(f"unknown variant(s) {', '.join(sorted(unknown))}: choose from {', '.join(VARIANTS + ON_REQUEST)}")
     return args
 
 
@@ -109,8 +111,8 @@ def make_batch(args):
 
 def make_retromae_batch(args):
     """make_batch's ids as RetroMAE's batch (every id a whole word) -> (inputs, labels, DecoderInputs, ms)."""
-    tok = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103, pad_id=0,
-                          is_continuation=torch.zeros(30522, dtype=torch.bool))
+    tok = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103, pad_id=0, cls_id=101,
+                          sep_id=102, is_continuation=torch.zeros(30522, dtype=torch.bool))
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(999, tok.vocab_size, (args.batch_size, args.max_len), generator=gen)
     ids[:, 0], ids[:, -1] = 101, 102
@@ -205,6 +207,16 @@ def memory(name, args, cfg, inputs, labels):
     return (torch.cuda.max_memory_allocated() if cuda else rss("VmHWM")) - before
 
 
+def probe(cmd, variant):
+    """Run a --probe process (it ends with the parent on Ctrl-C or SIGTERM) -> its peak bytes."""
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        return int(done.stdout.split()[-1])
+    except (IndexError, ValueError):
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise cli.UsageError(f"the memory probe of {variant} failed ({why}); rerun with --no-memory") from None
+
+
 def rss(field):
     """VmRSS (now) or VmHWM (peak) of this process in bytes. Not ru_maxrss: that one carries
     over the parent's peak through exec."""
@@ -287,7 +299,7 @@ def measure(args, argv):
             else:
                 cmd = [sys.executable, os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:]),
                        "--probe", v]
-                peak[v] = int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()[-1])
+                peak[v] = probe(cmd, v)
 
     tokens, med = args.batch_size * args.max_len, {v: statistics.median(t) for v, t in times.items()}
     name = device_name(args.device)

@@ -8,11 +8,15 @@ the functions that need it.
 """
 import argparse
 import contextlib
+import errno
+import importlib.util
 import math
 import os
+import shutil
 import signal
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +44,44 @@ class Interrupted(Exception):
 # (60 steps of `python taco.py`, 2 threads: 99-127 s spinning, 25-31 s sleeping); on an idle one
 # it made no difference (11.7 and 11.6 s, medians of 3). README: Threads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+class Stop(KeyboardInterrupt):
+    """SIGINT or SIGTERM outside a training loop, raised where the program is, so that every
+    `with` and `finally` on the way out runs: child processes are ended, a lock is released, a
+    temp file removed. A KeyboardInterrupt, so libraries treat it as Ctrl-C."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class DiskFull(UsageError):
+    """No space left (ENOSPC, EDQUOT) while writing `what` into `folder`: one line naming the
+    folder, the space needed and the space free. Whatever was being written has been removed."""
+
+    def __init__(self, folder, needed, what, after=""):
+        folder = os.path.abspath(folder or ".")
+        try:
+            free = f"{_mb(shutil.disk_usage(folder).free)} free"
+        except OSError:
+            free = "free space unknown"
+        super().__init__(f"no space left in {folder} for {what}: it needs {_mb(needed) if needed else 'more'}, "
+                         f"{free}; free some space there{after}")
+
+
+def _mb(n):
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n:,} bytes"
+
+
+def disk_full(err):
+    """True for the OSError of a full disk or an exhausted quota, also where a library wrapped
+    it in an error of its own (torch.save: a RuntimeError raised while handling it)."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 # ----------------------------------------------------------------------------- flags
@@ -120,6 +162,25 @@ def device(spec):
     return dev
 
 
+def check_compile(device):
+    """--compile: torch.compile (inductor) builds C++ kernels on CPU and Triton kernels on CUDA;
+    say up front, in one line, when what it needs is missing, not after minutes of work."""
+    if device.type == "cpu":
+        from torch._inductor import cpp_builder, exc
+        try:
+            cpp_builder.get_cpp_compiler()  # PyTorch's own search ($CXX, else g++): runs `--version`
+        except (exc.InvalidCxxCompiler, OSError):
+            raise UsageError(f"--compile needs a working C++ compiler on CPU and found none (tried "
+                             f"{os.environ.get('CXX') or 'g++'}): install one (e.g. apt install g++), point $CXX "
+                             f"at it, or run without --compile") from None
+        return
+    if importlib.util.find_spec("triton") is None:
+        raise UsageError("--compile on CUDA needs Triton (pip install triton), or run without --compile")
+    if not any(shutil.which(c) for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c):
+        raise UsageError("--compile on CUDA needs a C compiler for Triton's launcher and found none "
+                         "($CC, cc, gcc, clang): install one, or run without --compile")
+
+
 def add_threads_flag(parser):
     parser.add_argument("--threads", type=int_range(1), default=None,
                         help="PyTorch CPU threads (default: $TACO_THREADS, else PyTorch's: $OMP_NUM_THREADS or one "
@@ -187,22 +248,127 @@ def wait_to_be_stopped(code):
 def errors():
     """The error path of every script's main(): user mistakes and unusable files -> one line,
     exit 2; a non-finite loss (FloatingPointError) -> exit 3; a run stopped by a signal ->
-    128 + its number (130, 143); Ctrl-C anywhere else -> exit 130. Never a traceback for these."""
+    128 + its number (130, 143). Never a traceback for these.
+
+    While it is active, SIGINT and SIGTERM raise Stop where the program is (a training loop
+    installs its own, gentler handlers: runs.StopSignals); whatever exception a library turns
+    the stop into, the exit is the signal's, after every child process has ended (`interrupted`
+    / `stopped by SIGTERM`, exit 130 / 143)."""
+    handlers, unraisablehook = _stop_on_signals(), sys.unraisablehook
+    sys.unraisablehook = _unraisable(unraisablehook)
     try:
         yield
-    except UsageError as err:
+    except SystemExit:
+        raise
+    except BaseException as err:
+        _exit_for(err)
+        raise
+    finally:
+        sys.unraisablehook = unraisablehook
+        if handlers:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+
+
+def _exit_for(err):
+    """Exit as errors() promises for `err`; return (and the caller re-raises) if it is a bug."""
+    signal.setitimer(signal.ITIMER_REAL, 0)  # the Stop has arrived: no second one (_on_alarm)
+    if _received or isinstance(err, KeyboardInterrupt):
+        signum = _received[0] if _received else getattr(err, "signum", signal.SIGINT)
+        _end_children()
+        print("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}",
+              file=sys.stderr)
+        sys.exit(128 + signum)
+    if isinstance(err, UsageError):
         fail(err)
-    except OSError as err:  # permission denied, disk full, ...: the environment, not a bug
+    if disk_full(err):
+        name = getattr(err, "filename", None)
+        fail(f"no space left on the device writing {name or 'a file'}: free some space in "
+             f"{os.path.dirname(os.path.abspath(name)) if name else 'the output or cache folder'}")
+    if isinstance(err, OSError):  # permission denied, ...: the environment, not a bug
         fail(f"{err.strerror or err}{f': {err.filename}' if err.filename else ''}")
-    except FloatingPointError as err:
+    if isinstance(err, FloatingPointError):
         fail(err, NONFINITE)
-    except Interrupted as err:
+    if isinstance(err, Interrupted):
         if str(err):
             print(err, file=sys.stderr)
         sys.exit(128 + err.signum)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
+
+
+# ----------------------------------------------------------------------------- signals and child processes
+
+_received = []  # the signals that asked this process to stop; the first one sets the exit code
+_owner = [None]  # the process whose handlers these are (a forked child inherits them)
+
+
+def _stop_on_signals():
+    """Install errors()' handlers for SIGINT and SIGTERM (not where they are ignored, e.g. under
+    nohup or in a background job) and for SIGALRM (_on_alarm); -> the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    _received.clear()
+    _owner[0] = os.getpid()
+    handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(s) is not signal.SIG_IGN}
+    return {**handlers, signal.SIGALRM: signal.signal(signal.SIGALRM, _on_alarm)} if handlers else {}
+
+
+def _unraisable(hook):
+    """sys.unraisablehook, quiet about a Stop that Python could not raise (_on_alarm raises it again)."""
+    return lambda info: None if isinstance(info.exc_value, Stop) else hook(info)
+
+
+def _on_signal(signum, frame):
+    if os.getpid() != _owner[0]:  # a forked worker (datasets.map's pool): its parent ends it. Ctrl-C reaches
+        if signum == signal.SIGTERM:  # the whole group: ignored here (dying now could leave the pool's queue
+            os._exit(128 + signum)  # locked); SIGTERM (the pool's terminate()) ends it, quietly
+        return
+    _received.append(signum)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)  # _on_alarm: in case the Stop below gets swallowed
+    raise Stop(_received[0])
+
+
+def _on_alarm(signum, frame):
+    """Python ignores an exception raised where the signal happened to land in some places (an
+    at-fork hook of os.fork, a __del__): a Stop lost there would let the program go on. A second
+    later, if no Stop is on its way out (being handled, or the cause of what is), raise it again."""
+    if os.getpid() != _owner[0] or not _received:
+        return
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    err = sys.exc_info()[1]
+    while err is not None and not isinstance(err, Stop):
+        err = err.__cause__ or err.__context__
+    if err is None:
+        raise Stop(_received[0])
+
+
+def _children():
+    """Pids of this process's live children (Linux /proc; elsewhere none are found)."""
+    me, kids = str(os.getpid()), []
+    with contextlib.suppress(OSError):
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            except (OSError, ValueError):
+                continue
+            if ppid == me and state != "Z":
+                kids.append(int(pid))
+    return kids
+
+
+def _end_children(grace=30.0):
+    """After a signal, the children still alive (a pool that was never ended, a subprocess) get
+    SIGTERM, and SIGKILL if still there after `grace` seconds: nothing this process started
+    outlives it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in _children():
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while _children() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 # ----------------------------------------------------------------------------- paths

@@ -1,5 +1,6 @@
 """Tests for cli.py: every entry point answers a mistake alike (one `error:` line, exit 2),
 the one error path and its exit codes, the thread setting."""
+import errno
 import importlib
 import os
 import signal
@@ -38,6 +39,8 @@ ENTRY_POINT_MISTAKES = [  # (script, argv, message): refused before any work, on
     ("bench", ["--device", "mps"], "only cpu and cuda"),
     ("bench", ["--tokenizer", "{fifo}", "--vocab", "toy"], "is not a regular file"),
     ("bench", ["--tokenizer", "{dir}", "--vocab", "toy"], "is a folder, not a file"),
+    ("bench", ["--probe", "nonsense"], "unknown variant(s) nonsense: choose from taco-mlm"),
+    ("bench", ["--variants", "taco-mlm,x"], "unknown variant(s) x: choose from"),
     ("data", ["--data", "toy", "--num_proc", "0"], "argument --num_proc: 0 is not in [1, inf)"),
     ("data", [], "the following arguments are required: --data"),
 ]
@@ -64,12 +67,63 @@ def test_every_entry_point_answers_mistakes_alike(script, argv, message, tmp_pat
     (FloatingPointError("loss is nan"), 3, "error: loss is nan\n"),
     (cli.Interrupted(15, "stopped by SIGTERM"), 143, "stopped by SIGTERM\n"),
     (KeyboardInterrupt(), 130, "interrupted\n"),
+    (cli.Stop(signal.SIGTERM), 143, "stopped by SIGTERM\n"),
+    (OSError(errno.ENOSPC, "No space left on device", "/x/y"), 2,
+     "error: no space left on the device writing /x/y: free some space in /x\n"),
+    (RuntimeError("a library's own words"), 2, None),  # raised while handling a full disk: see below
 ])
 def test_the_one_error_path(raised, code, stderr, capsys):
     """cli.errors(), around every script's main: one line on stderr, a documented exit code."""
     with pytest.raises(SystemExit) as exit_info, cli.errors():
+        if isinstance(raised, RuntimeError):  # torch.save reports a full disk so
+            raise raised from OSError(errno.ENOSPC, "No space left on device")
         raise raised
-    assert exit_info.value.code == code and capsys.readouterr().err == stderr
+    err = capsys.readouterr().err
+    assert exit_info.value.code == code and (err == stderr or stderr is None and err.startswith("error: no space left"))
+
+
+# A child of errors()' process: SIGTERM to the parent only (kill, timeout) or SIGINT to the whole
+# process group (Ctrl-C in a terminal) while a library (here a fork pool, as datasets.map) is busy.
+POOL = """
+import multiprocessing, sys, time
+sys.path.insert(0, {here!r})
+import cli
+
+def work(i):
+    time.sleep(60)
+
+with cli.errors():
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        print("started", flush=True)
+        pool.map(work, range(4))
+"""
+
+
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_a_signal_ends_the_script_and_every_process_it_started(tmp_path, sig, group):
+    script = tmp_path / "pool.py"
+    script.write_text(POOL.format(here=HERE))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stdout.readline() == "started\n"
+    time.sleep(0.5)
+    os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 128 + sig
+    assert proc.stderr.read() == ("interrupted\n" if sig == signal.SIGINT else "stopped by SIGTERM\n")
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout.splitlines()
+    assert not [l for l in ps if int(l.split()[0]) == proc.pid and not l.split()[1].startswith("Z")]
+
+
+def test_compile_without_a_compiler_is_one_line(tmp_path):
+    """--compile where torch.compile would find no C++ compiler: said before any work."""
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler")}
+    for script, argv in [("taco.py", ["--out", str(tmp_path / "run")]), ("bench.py", ["--size", "tiny"])]:
+        r = subprocess.run([sys.executable, os.path.join(HERE, script), "--compile", "--device", "cpu", *argv],
+                           env=env, capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
+        assert r.stderr.startswith("error: --compile needs a working C++ compiler on CPU and found none (tried ")
+    assert not os.path.exists(tmp_path / "run")
 
 
 @pytest.mark.parametrize("flag,env,want,source", [
