@@ -30,15 +30,16 @@ from tqdm import tqdm
 
 import cli
 from cli import UsageError
-from data import DataError, load_tokenizer, make_blocks, token_cache_path, tokenize_corpus, unavailable
+from data import DataError, cached_tokens, load_tokenizer, make_blocks, tokenize_corpus, tokens_sha256, unavailable
 from model import SIZES, BertConfig, BertForPreTraining
 
 
 # ----------------------------------------------------------------------------- files we write ourselves
 
-def atomic_write(path, write):
+def atomic_write(path, write, size=None):
     """write(f) into a temp file in the same folder, fsync, rename: readers and a kill at
-    any moment see the old file or the new one, never a mix."""
+    any moment see the old file or the new one, never a mix. A full disk is one line naming
+    the folder and `size`, the bytes the file needs (the old file stays, the temp file goes)."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -46,9 +47,12 @@ def atomic_write(path, write):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    finally:
+    except BaseException as err:  # a full disk, a signal, ...: no temp file left
         with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
+            os.remove(tmp)  # (before DiskFull measures the space left)
+        if cli.disk_full(err):
+            raise cli.DiskFull(os.path.dirname(path), size, os.path.basename(path)) from None
+        raise
     dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the rename itself survives a power cut
@@ -56,25 +60,42 @@ def atomic_write(path, write):
         os.close(dir_fd)
 
 
+def write_bytes(path, data):
+    atomic_write(path, lambda f: f.write(data), len(data))
+
+
 def write_json(path, obj):
-    atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
+    write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode())
 
 
 def write_jsonl(path, records):
-    atomic_write(path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in records).encode()))
+    write_bytes(path, "".join(json.dumps(r) + "\n" for r in records).encode())
 
 
 def append_jsonl(path, record):
     """Append one record as a line; a torn last line (a kill during an earlier append) is
-    dropped first, so that it cannot glue itself to the new line."""
+    dropped first, so that it cannot glue itself to the new line. A full disk leaves the file
+    as it was."""
     if os.path.exists(path) and os.path.getsize(path):
         with open(path, "rb") as f:
             f.seek(-1, os.SEEK_END)
             torn = f.read(1) != b"\n"
         if torn:
             write_jsonl(path, read_jsonl(path))
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    line = memoryview((json.dumps(record) + "\n").encode())
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size, needed = os.fstat(fd).st_size, len(line)
+        try:
+            while line:
+                line = line[os.write(fd, line):]
+        except OSError as err:
+            os.ftruncate(fd, size)  # no half line
+            if cli.disk_full(err):
+                raise cli.DiskFull(os.path.dirname(path), needed, os.path.basename(path)) from None
+            raise
+    finally:
+        os.close(fd)
 
 
 def read_json(path):
@@ -219,17 +240,51 @@ def save_checkpoint(out, state, keep_last):
     """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256).
 
     A checkpoint counts only once its manifest exists, so a kill at any moment leaves either
-    the previous set of valid checkpoints or the new one. Rotation keeps the newest keep_last.
+    the previous set of valid checkpoints or the new one; a full disk leaves the previous set
+    and one line. Rotation (rotate_checkpoints) keeps the newest keep_last valid ones.
     """
     path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
-    atomic_write(path, lambda f: torch.save(state, f))
-    manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": sha256(path)}
-    write_json(path[:-3] + ".json", manifest)
-    for old in list_checkpoints(out)[keep_last:]:
-        for p in (old, old[:-3] + ".json"):
+    after = "; the earlier checkpoints are intact: run the same command with --resume"
+    try:
+        atomic_write(path, lambda f: torch.save(state, f), state_bytes(state))
+        write_json(path[:-3] + ".json", {"step": state["step"], "bytes": os.path.getsize(path), "sha256": sha256(path)})
+    except cli.DiskFull as err:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)  # a checkpoint without its manifest would only take space
+        raise UsageError(f"{err}{after}") from None
+    rotate_checkpoints(out, keep_last, path)
+    return path
+
+
+def state_bytes(obj):
+    """The bytes of the tensors in a (nested) checkpoint state: about its size on disk."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(state_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(state_bytes(v) for v in obj)
+    return 0
+
+
+def rotate_checkpoints(out, keep_last, newest):
+    """Delete checkpoints older than the keep_last newest *valid* ones (`newest`, just written,
+    among them). Only verified checkpoints count, so an invalid one (a corrupted file that a
+    resume skipped) can never push a valid one out; checkpoints after `newest` (left by a run
+    resumed from an earlier step) are not touched."""
+    older = [p for p in list_checkpoints(out) if p < newest]  # zero-padded steps: name order is step order
+    valid = [newest]
+    for path in older:
+        if len(valid) == keep_last:
+            break
+        if verify_checkpoint(path) is None:
+            valid.append(path)
+    if len(valid) < keep_last:
+        return
+    for old in (p for p in older if p < valid[-1]):
+        for p in (old[:-3] + ".json", old):  # the manifest first: a half-deleted one never counts
             with contextlib.suppress(FileNotFoundError):
                 os.remove(p)
-    return path
 
 
 def list_checkpoints(out):
@@ -280,15 +335,30 @@ def stopped_before_first_checkpoint(out):
         return None
 
 
-def load_checkpoint(path):
-    """Load a checkpoint (tensors and plain types only: weights_only=True)."""
+WEIGHTS = ("model", "model_config")  # what --init, --model and analyze.py read from a checkpoint
+RESUME = WEIGHTS + ("optimizer", "scaler", "step", "args")  # and what --resume reads too
+
+
+def load_checkpoint(path, need=WEIGHTS):
+    """Load a checkpoint (tensors and plain types only: weights_only=True) that holds what
+    taco writes: a dict with the keys `need`; anything else is one line naming the file."""
     if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
         raise UsageError(f"checkpoint {path} is invalid: {reason}")
     cli.regular_file(path, "checkpoint")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file: say which, not a traceback
         raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
+    if not isinstance(state, dict):
+        raise UsageError(f"{path} is not a taco checkpoint: it holds a {type(state).__name__}, not the dict "
+                         f"taco saves ({', '.join(need)}, ...)")
+    missing = [k for k in need if k not in state]
+    wrong = [k for k in ("model", "model_config", "optimizer", "scaler", "args")
+             if k in need and k in state and not isinstance(state[k], dict)]
+    if missing or wrong or ("step" in need and type(state["step"]) is not int):
+        what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong) or 'step'}"
+        raise UsageError(f"{path} is not a taco checkpoint: it {what}")
+    return state
 
 
 # ----------------------------------------------------------------------------- weights to start from
@@ -432,6 +502,8 @@ class Run:
             cleanup.callback(dist.destroy_process_group)
         self.master = self.rank == 0
         self.threads = cli.set_threads(args.threads)
+        if args.compile:
+            cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
         self.skipped, self.signum, self.last_ckpt, self.last_eval = 0, 0, None, None
 
     def warn(self, message):
@@ -473,14 +545,16 @@ class Run:
 
     def data(self, tok):
         """-> (training blocks, held-out blocks: the corpus's tail). Rank 0 tokenises and caches
-        (hours for the paper's corpora); the others wait for its file, not in a collective that
-        would time out (NCCL: 10 min); torchrun ends them if rank 0 fails."""
+        (hours for the paper's corpora); the others wait for its verified cache, not in a collective
+        that would time out (NCCL: 10 min); torchrun ends them if rank 0 fails. Records what the
+        run depends on: the vocabulary's and the token array's checksums."""
         args = self.args
-        if not self.master:
-            cache = token_cache_path(args.data, tok, args.cache_dir)
-            while not cache.exists():
+        if self.master:
+            tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
+        else:
+            while (tokens := cached_tokens(args.data, tok, args.cache_dir)) is None:
                 time.sleep(2)
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
+        self.depends = {"vocab_sha256": sha256(tok.vocab_file), "tokens_sha256": tokens_sha256(args.data, tok, args.cache_dir)}
         blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
         n_eval = min(args.eval_blocks, len(blocks) // 10)
         return blocks.split(len(blocks) - n_eval)
@@ -490,14 +564,15 @@ class Run:
         compared are the checkpoint's own; config.json is a copy for people to read); a resumed
         TaCL run must find the same --init its teacher was built from."""
         args = self.args
-        self.checkpoint = load_checkpoint(self.resume_from) if self.resuming else None
+        self.checkpoint = load_checkpoint(self.resume_from, RESUME) if self.resuming else None
         if self.master:
             if self.resuming:
-                old = self.checkpoint.get("args", {})
+                old = self.checkpoint["args"]
                 changed = sorted(k for k, v in vars(args).items() if k not in resumable and old.get(k) != v)
                 if changed and not args.force:
                     raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
                                      f"{', '.join(changed)}; pass --force to accept them")
+                check_same_inputs(self.checkpoint.get("depends"), self.depends, args, self.warn)
                 if args.objective == "tacl" and not args.force:
                     check_teacher_unchanged(args.out, init.source)
             elif os.path.exists(os.path.join(args.out, "config.json")) or list_checkpoints(args.out):
@@ -527,15 +602,21 @@ class Run:
         """Resuming: the checkpoint's weights, optimizer and scaler state -> the step to start at."""
         if not self.resuming:
             return 0
-        ckpt = self.checkpoint
+        ckpt, args = self.checkpoint, self.args
         try:
             raw.load_state_dict(ckpt["model"])
-        except RuntimeError as err:
-            raise UsageError(f"{self.resume_from} holds another model ({ckpt['model_config']['hidden_size']} hidden, "
-                             f"{ckpt['model_config']['num_hidden_layers']} layers) than --size {self.args.size}; "
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scaler.load_state_dict(ckpt["scaler"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:
+            was = ckpt["args"].get("objective")
+            if was != args.objective:  # only with --force: RetroMAE's model has a decoder, the others not
+                raise UsageError(f"--resume: {self.resume_from} holds a {was} run's model, which --objective "
+                                 f"{args.objective} cannot continue, even with --force; resume with --objective {was}, "
+                                 f"or start a new --out with --init {args.out}") from err
+            cfg = ckpt["model_config"]
+            raise UsageError(f"{self.resume_from} holds another model ({cfg.get('hidden_size')} hidden, "
+                             f"{cfg.get('num_hidden_layers')} layers) or optimizer than --size {args.size} builds; "
                              f"resume with its settings or start a new --out") from err
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
         self.skipped = ckpt.get("skipped", 0)
         return ckpt["step"]
 
@@ -566,7 +647,7 @@ class Run:
         write_json(os.path.join(args.out, "config.json"), {
             "args": vars(args), "model_config": asdict(cfg), "world_size": self.world, "accumulation": accum,
             "dtype": self.dtype, "train_blocks": len(train_blocks), "eval_blocks": len(eval_blocks),
-            "parameters": params, "init": init and {
+            "parameters": params, "depends": self.depends, "init": init and {
                 "source": init.source, "sha256": sha256(init.source) if os.path.isfile(init.source) else None}})
         copy_vocab(tok.vocab_file, args.out)
         if self.resuming:  # drop lines logged after the checkpoint (and a line torn by a kill)
@@ -693,6 +774,7 @@ class Run:
             self.last_ckpt = save_checkpoint(self.args.out, {
                 "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                 "step": done, "skipped": self.skipped, "model_config": asdict(self.cfg), "args": vars(self.args),
+                "depends": self.depends,
                 "data_position": {"epoch": done // self.steps_per_epoch, "batch": done % self.steps_per_epoch}},
                 self.args.keep_last)
 
@@ -717,8 +799,10 @@ class Run:
         """The summary line of the last evaluation; every rank leaves together."""
         ev = self.last_eval
         if self.master and ev:
-            print(f"done: eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}, contextual score "
-                  f"{ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, inter {ev['ctx_inter']:.3f}); run in {self.args.out}")
+            mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}" if "eval_mlm_loss" in ev
+                   else "no eval MLM (masking chose no held-out token)")
+            print(f"done: {mlm}, contextual score {ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, "
+                  f"inter {ev['ctx_inter']:.3f}); run in {self.args.out}")
         if self.world > 1:
             dist.barrier()
 
@@ -749,8 +833,25 @@ def copy_vocab(src, out):
     dst = os.path.join(out, "vocab.txt")
     if not (os.path.exists(dst) and os.path.samefile(src, dst)):
         with open(src, "rb") as f:
-            data = f.read()
-        atomic_write(dst, lambda f: f.write(data))
+            write_bytes(dst, f.read())
+
+
+def check_same_inputs(recorded, now, args, warn):
+    """--resume: the vocabulary and the token array must be the ones the run was trained on (their
+    checksums, recorded in every checkpoint); with --force a change is a warning. Checkpoints
+    from before this record have nothing to compare."""
+    recorded = recorded or {}
+    if recorded.get("vocab_sha256") not in (None, now["vocab_sha256"]):
+        problem = (f"--vocab {args.vocab} is not the vocabulary this run was trained with (its sha256 changed); "
+                   f"pass the run's own {os.path.join(args.out, 'vocab.txt')} as --vocab")
+    elif recorded.get("tokens_sha256") not in (None, now["tokens_sha256"]):
+        problem = (f"--data {args.data} gives other tokens than this run was trained on (the token array's "
+                   f"sha256 changed): the data changed since; resume with the data it was trained on")
+    else:
+        return
+    if not args.force:
+        raise UsageError(f"--resume: {problem}, or pass --force to continue anyway (not an exact resume)")
+    warn(f"--resume --force: {problem.split(';')[0]}; continuing on it (not an exact resume)")
 
 
 def check_teacher_unchanged(out, source):

@@ -1,6 +1,7 @@
 """Tests for runs.py, a run's engineering: the schedule and optimizer, exact resume, checkpoints
 (verification, rotation), the project's own files, one run per folder, non-finite steps, signals,
 kill -9 and a torchrun worker crash (docs/robustness.md)."""
+import errno
 import json
 import math
 import os
@@ -399,3 +400,212 @@ def test_more_processes_than_gpus_is_one_line(monkeypatch):
     with pytest.raises(cli.UsageError, match="torchrun started 8 processes on this machine, which has 1 CUDA "
                                              "device: pass --nproc_per_node=1"):
         runs.setup_distributed(None)
+
+
+# ----------------------------------------------------------------------------- nothing lost, no stale state reused
+
+def flip_byte(path):
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_rotation_counts_only_valid_checkpoints(straight, tmp_path, monkeypatch, capsys, quick, run_taco, final_weights):
+    """Resumed past a corrupted newest checkpoint, then stopped with --keep_last 1: the one just
+    saved is kept (the corrupted one, by name newer, used to keep its place), and resumes exactly."""
+    def signalled_get_lr(step, *args):
+        if step == 13:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return get_lr(step, *args)
+
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run)
+    flip_byte(os.path.join(run, "ckpt_00000016.pt"))
+    monkeypatch.setattr(runs, "get_lr", signalled_get_lr)
+    assert run_taco(quick + ["--out", run, "--resume", "--keep_last", "1"]) == 143
+    assert "skipping checkpoint" in capsys.readouterr().err
+    assert sorted(n for n in os.listdir(run) if n.endswith(".pt")) == ["ckpt_00000014.pt", "ckpt_00000016.pt"]
+    monkeypatch.setattr(runs, "get_lr", get_lr)
+    assert run_taco(quick + ["--out", run, "--resume", "--keep_last", "1"]) == 0
+    assert "resumed at step 14" in capsys.readouterr().out
+    assert same_weights(final_weights(straight), final_weights(run))
+
+
+def test_rotation_unit(tmp_path):
+    """rotate_checkpoints: keep_last valid ones; an invalid one never counts; later steps untouched."""
+    out = str(tmp_path)
+    for step in (2, 4, 6, 8):
+        runs.save_checkpoint(out, {"step": step, "w": torch.ones(3) * step}, keep_last=10)
+    flip_byte(os.path.join(out, "ckpt_00000006.pt"))
+    runs.save_checkpoint(out, {"step": 5, "w": torch.zeros(3)}, keep_last=2)  # resumed from 4, saved 5
+    assert sorted(os.listdir(out)) == ["ckpt_00000004.json", "ckpt_00000004.pt", "ckpt_00000005.json",
+                                       "ckpt_00000005.pt", "ckpt_00000006.json", "ckpt_00000006.pt",
+                                       "ckpt_00000008.json", "ckpt_00000008.pt"]
+
+
+def no_space(*args):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_disk_full_while_saving_a_checkpoint(straight, tmp_path, monkeypatch, capsys, quick, run_taco, final_weights):
+    """ENOSPC in the middle of torch.save (injected): one line naming the folder and the space
+    needed, exit 2, the earlier checkpoints intact, no temp file; --resume then ends exactly."""
+    real_save = torch.save
+
+    def full_disk_save(state, f):
+        if state["step"] == 12:
+            f.write(b"x" * 1000)
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos") from OSError(
+                errno.ENOSPC, "No space left on device")  # as torch.save reports it
+        return real_save(state, f)
+
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
+    monkeypatch.setattr(runs.torch, "save", full_disk_save)
+    assert run_taco(quick + ["--out", run, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: no space left in {run} for ckpt_00000012.pt: it needs ")
+    assert "the earlier checkpoints are intact" in err[-1] and "Traceback" not in "".join(err)
+    assert sorted(n for n in os.listdir(run) if n.startswith("ckpt_") or ".tmp" in n) == [
+        "ckpt_00000004.json", "ckpt_00000004.pt", "ckpt_00000008.json", "ckpt_00000008.pt"]
+    monkeypatch.setattr(runs.torch, "save", real_save)
+    assert run_taco(quick + ["--out", run, "--resume"]) == 0
+    assert same_weights(final_weights(straight), final_weights(run))
+
+
+def test_disk_full_on_the_files_a_run_writes(tmp_path, monkeypatch):
+    """config.json, vocab.txt, summaries (atomic_write) and metrics.jsonl (append_jsonl): ENOSPC
+    leaves the old file whole and no temp file, in one line naming the folder and the bytes."""
+    path = tmp_path / "config.json"
+    runs.write_json(str(path), {"old": 1})
+    with pytest.raises(cli.DiskFull, match=rf"no space left in {tmp_path} for config.json: it needs 16 bytes"):
+        runs.atomic_write(str(path), no_space, 16)
+    assert json.load(open(path)) == {"old": 1} and os.listdir(tmp_path) == ["config.json"]
+    metrics = tmp_path / "metrics.jsonl"
+    runs.append_jsonl(str(metrics), {"step": 1})
+    real_write = os.write
+
+    def half_then_full(fd, data):  # a short write, then ENOSPC, on metrics.jsonl only
+        if os.readlink(f"/proc/self/fd/{fd}") != str(metrics):
+            return real_write(fd, data)
+        if len(data) > 4:
+            return real_write(fd, bytes(data[:4]))
+        no_space()
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(cli.DiskFull, match="for metrics.jsonl: it needs 13 bytes"):
+        runs.append_jsonl(str(metrics), {"step": 22})
+    monkeypatch.setattr(os, "write", real_write)
+    assert metrics.read_text() == '{"step": 1}\n'  # no half line
+
+
+def unshare_tmpfs():
+    """A command prefix running in a private mount namespace where $FULL is a 10 MB tmpfs, or None."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m none /tmp"],
+                           capture_output=True)
+    return ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=10m none "$FULL" && exec "$@"', "sh"] \
+        if probe.returncode == 0 else None
+
+
+def test_disk_full_for_real_on_a_small_tmpfs(tmp_path, quick):
+    """A real full disk (a 10 MB tmpfs): a tiny checkpoint takes 6.6 MB, so the second does not fit."""
+    prefix = unshare_tmpfs()
+    if prefix is None:
+        pytest.skip("needs unshare and a private tmpfs (user namespaces)")
+    full = tmp_path / "full"
+    full.mkdir()
+    out = str(full / "run")
+    cmd = prefix + [sys.executable, "-c", LIST_AFTER.format(out=out), *quick, "--steps", "8", "--out", out]
+    r = subprocess.run(cmd, env={**os.environ, "FULL": str(full)}, cwd=HERE, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: no space left in {out} for ckpt_00000008.pt: it needs ") and "Traceback" not in r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == [".lock", "ckpt_00000004.json", "ckpt_00000004.pt", "config.json",
+                                                     "metrics.jsonl", "vocab.txt"]
+
+
+# taco.main, then what the folder holds (the tmpfs vanishes with its namespace)
+LIST_AFTER = """
+import json, os, sys, taco
+try:
+    taco.main(sys.argv[1:])
+    code = 0
+except SystemExit as stop:
+    code = stop.code
+print(json.dumps(sorted(os.listdir({out!r}))))
+sys.exit(code)
+"""
+
+
+@pytest.fixture
+def own_data(tmp_path, toy_dir):
+    """A small corpus and a copy of the toy vocabulary, both free to edit: -> taco.py flags."""
+    lines = open(os.path.join(toy_dir, "train.txt")).read().splitlines()[:400]
+    (tmp_path / "data.txt").write_text("\n".join(lines) + "\n")
+    shutil.copy(os.path.join(toy_dir, "vocab.txt"), tmp_path / "vocab.txt")
+    return ["--data", str(tmp_path / "data.txt"), "--vocab", str(tmp_path / "vocab.txt")]
+
+
+def rewrite_keeping_size_and_mtime(path, edit):
+    st = os.stat(path)
+    text = open(path).read()
+    new = edit(text)
+    assert len(new.encode()) == st.st_size and new != text
+    open(path, "w").write(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_resume_refuses_another_vocab_or_data(tmp_path, capsys, quick, run_taco, own_data):
+    """What a run depends on (the checksums of its vocabulary and token array, in every checkpoint
+    and config.json): a vocab.txt edited in place (same size) or a corpus rewritten with the same
+    size and time is one line on --resume; --force continues with a warning."""
+    run = str(tmp_path / "run")
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run]) == 0
+    recorded = json.load(open(os.path.join(run, "config.json")))["depends"]
+    assert set(recorded) == {"vocab_sha256", "tokens_sha256"}
+    os.remove(os.path.join(run, "ckpt_00000008.pt"))  # as if stopped after step 4
+    vocab, data = own_data[3], own_data[1]
+    rewrite_keeping_size_and_mtime(vocab, lambda t: t.replace("\na\n", "\nA\n", 1))  # "a" is an unknown word now
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: --resume: --vocab {vocab} is not the vocabulary this run was trained with")
+    shutil.copy(os.path.join(run, "vocab.txt"), vocab)  # the run's own copy: back as it was
+    words = open(data).read().split()
+    a, b = next((w, v) for w, v in zip(words, words[1:]) if len(w) == len(v) and w != v)
+    rewrite_keeping_size_and_mtime(data, lambda t: t.replace(f"{a} ", f"{b} ", 1))
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be used: " in err and "changed since it was built; rebuilding it" in err  # the stale cache
+    assert err.strip().splitlines()[-1].startswith(f"error: --resume: --data {data} gives other tokens than this run")
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run, "--resume", "--force"]) == 0
+    assert "warning: --resume --force: --data" in capsys.readouterr().err
+
+
+def test_checkpoints_that_taco_did_not_write(tmp_path, capsys, quick, run_taco):
+    """A bare tensor (with a matching manifest), a dict missing keys: one line on --resume, --init
+    and finetune.py --model; --objective retromae --force on a taco run names the objective."""
+    import finetune
+    run = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "4", "--out", run]) == 0
+    ckpt = os.path.join(run, "ckpt_00000004.pt")
+    assert run_taco(quick + ["--steps", "4", "--out", run, "--resume", "--objective", "retromae", "--force"]) == 2
+    assert "holds a taco run's model, which --objective retromae cannot continue" in capsys.readouterr().err
+    good = torch.load(ckpt, weights_only=True)
+    for content, why in [(torch.zeros(3), "holds a Tensor"), ({k: v for k, v in good.items() if k != "optimizer"},
+                                                               "lacks optimizer"),
+                         ({**good, "model": [1, 2]}, "malformed model"), ({**good, "step": "4"}, "malformed step")]:
+        torch.save(content, ckpt)
+        runs.write_json(ckpt[:-3] + ".json", {"step": 4, "bytes": os.path.getsize(ckpt), "sha256": runs.sha256(ckpt)})
+        assert run_taco(quick + ["--steps", "8", "--out", run, "--resume"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {ckpt} is not a taco checkpoint: it ") and why in err[0]
+        if why in ("holds a Tensor", "malformed model"):  # what --init and --model read
+            assert run_taco(quick + ["--out", str(tmp_path / "b"), "--init", run]) == 2
+            assert f"{ckpt} is not a taco checkpoint" in capsys.readouterr().err
+            with pytest.raises(SystemExit) as stop:
+                finetune.main(["--model", run, "--out", str(tmp_path / "ft")])
+            assert stop.value.code == 2 and "is not a taco checkpoint" in capsys.readouterr().err
