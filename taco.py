@@ -73,7 +73,7 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
         target = torch.zeros(B * T, dtype=torch.long, device=h.device)  # the positive is class 0
         loss = F.cross_entropy(cos / temperature, target, reduction="none")  # Eq. 4: InfoNCE, (B*T,)
         weight = anchors.reshape(-1).float()  # the mean over anchors, by weights: no host sync on GPU
-        return (loss * weight).sum() / weight.sum()
+        return (loss * weight).sum() / weight.sum().clamp(min=1)  # no anchor (none masked): 0
 
 
 def sample_positives(real, window, generator=None):
@@ -151,7 +151,7 @@ def tacl_loss(student_h, teacher_h, anchors, temperature=0.01):
         loss = F.cross_entropy(logits.reshape(B * T, T), target, reduction="none")  # (B*T,)
         # The mean over anchors, by weights rather than by selecting rows: no host sync on GPU.
         weight = anchors.reshape(-1).float()
-        return (loss * weight).sum() / weight.sum()
+        return (loss * weight).sum() / weight.sum().clamp(min=1)  # no anchor (nothing masked): 0
 
 
 def make_teacher(cfg, init_state, dropout, device):
@@ -193,9 +193,15 @@ def retromae_loss(model, inputs, labels, dec, decoder_weight=1.0):
     """
     enc_logits, dec_logits, _, _ = model(inputs, labels=labels, dec_ids=dec.ids, dec_visible=dec.visible,
                                          dec_labels=dec.labels)
-    enc = F.cross_entropy(enc_logits.float(), labels[labels != -100])
-    rebuild = F.cross_entropy(dec_logits.float(), dec.labels[dec.labels != -100])
+    enc = mean_cross_entropy(enc_logits.float(), labels[labels != -100])
+    rebuild = mean_cross_entropy(dec_logits.float(), dec.labels[dec.labels != -100])
     return enc + decoder_weight * rebuild, enc, rebuild
+
+
+def mean_cross_entropy(logits, targets):
+    """The mean cross-entropy over the chosen rows; 0 (still in the graph) when none was chosen:
+    a micro-batch where masking chose nothing is a normal event, not a NaN."""
+    return F.cross_entropy(logits, targets) if len(targets) else logits.sum() * 0.0
 
 
 # ----------------------------------------------------------------------------- the contextual score
@@ -436,6 +442,10 @@ def check_args(args, world_size, warn=print):
              f"--device_batch_size {args.device_batch_size}" + ("; TACO's negatives come from them" * (args.objective == "taco")))
     if args.lr > 5 * (lr := RECIPES[args.recipe]["lr"]):  # far from the recipe (TaCL's 1e-4 is not): say what it risks
         warn(f"--lr {args.lr:g} is {args.lr / lr:.0f}x the {args.recipe} recipe's {lr:g}: a trained model can collapse")
+    chosen = args.mlm_probability * dbs * (args.max_len - 2)  # MLM targets per micro-batch, on average
+    if chosen < 1 and args.objective != "retromae":  # whole-word masking chooses at least one word
+        warn(f"--mlm_probability {args.mlm_probability:g} chooses {chosen:.2f} tokens per micro-batch of {dbs} x "
+             f"{args.max_len} on average: most micro-batches have no MLM target (their MLM term is 0)")
     if "toy" in args.data.split(",") and args.size not in TOY_SIZES:
         warn(f"--size {args.size} on the toy corpus (0.4M tokens) is a smoke test, not the paper's run: that is "
              f"the default --data {PAPER_DATA}")
@@ -518,8 +528,8 @@ def compute_loss(model, batch, args, generator, teacher=None):
     logits, h, e = model(batch.inputs, labels=targets)  # logits only at rows with a target, in order
     ce = F.cross_entropy(logits.float(), targets[targets != -100], reduction="none")
     masked = (labels != -100)[targets != -100]  # which of those rows are MLM's
-    mlm = ce[masked].mean()
-    tp = ce[~masked].mean() if tp_labels is not None else torch.zeros_like(mlm)
+    # the means over the chosen rows; 0 (still in the graph) for a micro-batch where masking chose none
+    mlm, tp = (x.mean() if len(x) else x.sum() for x in (ce[masked], ce[~masked]))  # no TP rows: tp = 0
     tc = torch.zeros_like(mlm)
     if args.objective == "taco":
         group = dist.group.WORLD if args.negatives_from == "global" and dist.is_initialized() else None
@@ -548,7 +558,8 @@ def evaluate(model, blocks, tok, args, device):
         n += len(target)
     ctx = contextual_score(model, batches, sep_id=tok.sep_id)
     model.train()
-    return {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n, **{f"ctx_{k}": v for k, v in ctx.items()}}
+    mlm = {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n} if n else {}  # none chosen: no MLM numbers
+    return {**mlm, **{f"ctx_{k}": v for k, v in ctx.items()}}
 
 
 # ----------------------------------------------------------------------------- the model

@@ -280,6 +280,40 @@ def test_mlm_plus_tp_is_two_means_added():
     assert abs(loss.item() - np.mean(ce)) > 1  # far from the single pooled mean
 
 
+def test_a_micro_batch_with_nothing_chosen_is_no_nan():
+    """Tiny --mlm_probability on a small micro-batch: masking may choose nothing. MLM (and TP,
+    TC on the masked positions, TaCL) is then 0 for it, with a finite gradient; never a NaN."""
+    tok = SimpleNamespace(vocab_size=KnownLosses.V, special_ids=[0, 1, 2, 3], mask_id=3)
+    ids = torch.randint(4, KnownLosses.V, (3, 20), generator=torch.Generator().manual_seed(0))
+    for objective, extra in [("mlm", {}), ("mlm", {"predict_all": True}), ("taco", {"tc_positions": "masked"})]:
+        args = SimpleNamespace(**{"mlm_probability": 1e-9, "predict_all": False, "tc_positions": "all",
+                                  "objective": objective, "tc_weight": 1.0, "window": 5, "negatives": 4,
+                                  "temperature": 0.07, "negatives_from": "device", "plain_tc": False, "plain": False,
+                                  **extra})
+        batch = taco.masked_batch(ids, tok, args, torch.Generator().manual_seed(1))
+        assert (batch.labels == -100).all()
+        loss, mlm, tc, tp = taco.compute_loss(KnownLosses(), batch, args, torch.Generator().manual_seed(2))
+        assert mlm.item() == 0 and all(math.isfinite(x.item()) for x in (loss, tc, tp))
+    h = torch.randn(2, 6, 8, requires_grad=True)
+    for loss in (taco.tc_loss(h, h.detach() * 0, positions=torch.zeros(2, 6, dtype=torch.bool)),
+                 taco.tacl_loss(h, h.detach(), torch.zeros(2, 6, dtype=torch.bool))):
+        loss.backward()
+        assert loss.item() == 0 and torch.isfinite(h.grad).all()
+
+
+def test_tiny_mlm_probability_trains_warns_and_evaluates(tmp_path, capsys, quick, run_taco):
+    """End to end: every micro-batch empty (0.0001 x 8 x 30 tokens): a warning up front, a run
+    that ends (no "non-finite loss"), an evaluation without MLM numbers (no ZeroDivisionError)."""
+    out = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "4", "--eval_every", "2", "--eval_blocks", "1", "--mlm_probability", "0.0001",
+                             "--out", out]) == 0
+    captured = capsys.readouterr()
+    assert "warning: --mlm_probability 0.0001 chooses 0.02 tokens per micro-batch of 8 x 32 on average" in captured.err
+    assert "done: no eval MLM (masking chose no held-out token), contextual score" in captured.out
+    last = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][-1]
+    assert last["mlm"] == 0 and "eval_mlm_loss" not in last and math.isfinite(last["ctx_score"])
+
+
 # ----------------------------------------------------------------------------- contextual score
 
 class FixedStates(torch.nn.Module):
