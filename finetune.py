@@ -231,6 +231,8 @@ def evaluate(model, task, data, args):
     metrics = {}
     for suffix, dev, _ in task.evals:
         preds = predict(model, data[dev], task.labels is None, args)
+        if not np.isfinite(preds).all():  # a diverged model: no score rather than a NaN one
+            raise FinetuneError(f"{task.name}: the model's {dev} predictions are not finite (diverged); lower --lr")
         for m in task.metrics:
             metrics[f"{m}_{suffix}" if suffix else m] = METRICS[m](preds, data[dev]["labels"])
     metrics["main"] = float(np.mean(list(metrics.values())[:len(task.metrics)]))  # on the first dev set
@@ -245,7 +247,7 @@ def write_predictions(model, task, data, args):
         lines = ["index\tprediction"] + [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None
                                          else f"{i}\t{task.labels[int(p)]}" for i, p in zip(data[test]["index"], preds)]
         path = os.path.join(args.out, "predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
-        runs.atomic_write(path, lambda f: f.write(("\n".join(lines) + "\n").encode()))
+        runs.write_bytes(path, ("\n".join(lines) + "\n").encode())
 
 
 def save_best(model, task, record, tok, args):
@@ -296,7 +298,7 @@ def predict_file(args):
     header = "index\tprediction" + "\tprobability" * (labels is not None)
     out = os.path.join(args.out, "predictions", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    runs.atomic_write(out, lambda f: f.write(("\n".join([header] + rows) + "\n").encode()))
+    runs.write_bytes(out, ("\n".join([header] + rows) + "\n").encode())
     print(f"{about['name']}: {len(rows)} predictions of {args.model} for {args.predict} in {out}")
 
 
@@ -310,6 +312,20 @@ def seed_stats(values):
     """Mean, median and sample standard deviation (0 for a single seed)."""
     return {"mean": float(np.mean(values)), "median": float(np.median(values)),
             "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
+
+
+def scored(records, path):
+    """The records with a finite main score and every key summarize() reads; the others (edited
+    by hand, or written by an older version that accepted a NaN) are left out with a warning."""
+    def ok(r):
+        metrics = r.get("metrics")
+        return (all(k in r for k in CONFIG + ("task", "seed")) and isinstance(metrics, dict) and all(
+            isinstance(v, (int, float)) and math.isfinite(v) for v in metrics.values()) and "main" in metrics)
+    kept = [r for r in records if ok(r)]
+    if len(kept) < len(records):
+        print(f"warning: {path}: left out {len(records) - len(kept)} run(s) without finite dev scores "
+              f"(NaN, or keys missing)", file=sys.stderr)
+    return kept
 
 
 def summarize(records):
@@ -465,7 +481,6 @@ def finetune(args):
         args.device.type, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float16))
     results = os.path.join(args.out, "results.jsonl")
     if args.rank == 0:
-        os.makedirs(args.out, exist_ok=True)
         print(f"fine-tuning {args.source}: recipe {recipe} ({why}): lr {args.lr:g}, epochs {args.epochs}, warm-up "
               f"{args.warmup:g}, weight decay {args.weight_decay:g} | {len(grid)} run(s) per task | {args.dtype} on "
               f"{args.device.type} x {args.world}")
@@ -481,13 +496,14 @@ def finetune(args):
         for lr, bs, epochs, seed in grid:
             record, model = run_one(task, data, config, weights, args, lr, bs, epochs, seed)
             if args.rank == 0:
+                os.makedirs(args.out, exist_ok=True)  # only now: a mistake found before leaves no folder
                 runs.append_jsonl(results, record)
                 save_best(model, task, record, tok, args)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
     if args.rank == 0:
-        summary = summarize(runs.read_jsonl(results))  # a line torn by a kill is dropped
+        summary = summarize(scored(runs.read_jsonl(results), results))  # a line torn by a kill is dropped
         runs.write_json(os.path.join(args.out, "summary.json"), summary)
         print(format_table(summary))
     if args.world > 1:

@@ -209,13 +209,15 @@ def to_label(task, value, where):
     """The training target: a class number (from a label name or number), or a float."""
     try:
         if task.labels is None:
-            return float(value)
-        y = int({name: i for i, name in enumerate(task.labels)}.get(str(value), value))
-        if 0 <= y < len(task.labels):
-            return y
-    except (TypeError, ValueError):
+            if math.isfinite(y := float(value)):  # "nan" and "inf" parse, but are no score
+                return y
+        else:
+            y = int({name: i for i, name in enumerate(task.labels)}.get(str(value), value))
+            if 0 <= y < len(task.labels):
+                return y
+    except (TypeError, ValueError, OverflowError):
         pass
-    kind = "a number" if task.labels is None else "one of " + ", ".join(task.labels)
+    kind = "a finite number" if task.labels is None else "one of " + ", ".join(task.labels)
     raise FinetuneError(f"{where}: label {value!r} is not {kind}")
 
 

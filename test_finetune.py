@@ -424,3 +424,37 @@ def test_predict_and_task_flag_mistakes_are_one_line_exit_2(models, tmp_path, ca
             run(argv + ["--out", str(tmp_path / "out")])
         err = capsys.readouterr().err.strip().splitlines()
         assert exit_info.value.code == 2 and len(err) == 1 and hint in err[0], err
+
+
+@pytest.mark.parametrize("split, score", [("dev", "nan"), ("train", "inf"), ("dev", "-Infinity")])
+def test_a_score_that_is_not_finite_is_refused(models, tmp_path, capsys, split, score):
+    """STS-B with a `nan` (or infinite) gold score: refused in one line naming the file and the
+    row, before any work: a NaN main score (and a summary.json holding NaN) cannot happen."""
+    d = tmp_path / "STS-B"
+    rows = [(f"{sentence(random.Random(i))}", f"{sentence(random.Random(-i))}", f"{i % 5}.0") for i in range(12)]
+    for name in ("train", "dev"):
+        write_tsv(f"{d}/{name}.tsv", ["sentence1", "sentence2", "score"],
+                  [r if not (name == split and i == 3) else (*r[:2], score) for i, r in enumerate(rows)])
+    with pytest.raises(SystemExit) as exit_info:
+        run(["--model", models["run"], "--task", "stsb", "--data_dir", str(d), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1
+    assert err[0] == f"error: {d}/{split}.tsv row 4: label '{score}' is not a finite number"
+    assert not (tmp_path / "out").exists()
+
+
+def test_summary_leaves_out_runs_without_finite_scores(models, tmp_path, capsys):
+    """A results.jsonl line with a NaN score (written by an older version) or without its keys:
+    left out of summary.json with a warning; summary.json never holds NaN."""
+    out = tmp_path / "out"
+    run(["--model", models["run"], "--task", "toy", "--data_dir", toy_dir(str(tmp_path), 40, 20, 5), "--epochs", "1",
+         "--out", str(out)])
+    good = results(str(out))[0]
+    with open(out / "results.jsonl", "a") as f:
+        f.write(json.dumps({**good, "lr": 1.0, "metrics": {**good["metrics"], "main": float("nan")}}) + "\n")
+        f.write(json.dumps({"task": "toy"}) + "\n")
+    run(["--model", models["run"], "--task", "toy", "--data_dir", str(tmp_path / "toy"), "--epochs", "1",
+         "--seed", "2", "--out", str(out)])
+    assert "left out 2 run(s) without finite dev scores" in capsys.readouterr().err
+    summary = (out / "summary.json").read_text()
+    assert "NaN" not in summary and json.loads(summary)["models"][models["run"]]["tasks"]["toy"]["seeds"] == [1, 2]
