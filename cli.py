@@ -61,9 +61,11 @@ class DiskFull(UsageError):
     folder, the space needed and the space free. Whatever was being written has been removed."""
 
     def __init__(self, folder, needed, what, after=""):
-        folder = os.path.abspath(folder or ".")
+        folder = where = os.path.abspath(folder or ".")
+        while not os.path.isdir(where):  # a folder removed again: its disk is its parent's
+            where = os.path.dirname(where)
         try:
-            free = f"{_mb(shutil.disk_usage(folder).free)} free"
+            free = f"{_mb(shutil.disk_usage(where).free)} free"
         except OSError:
             free = "free space unknown"
         super().__init__(f"no space left in {folder} for {what}: it needs {_mb(needed) if needed else 'more'}, "
@@ -208,10 +210,20 @@ def set_threads(threads=None):
 
 def default_cache_dir():
     """Where taco keeps what it generates and caches (toy corpus, token arrays): $TACO_CACHE."""
-    return Path(os.environ.get("TACO_CACHE", Path.home() / ".cache" / "taco"))
+    path = Path(os.environ.get("TACO_CACHE") or Path.home() / ".cache" / "taco")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"$TACO_CACHE {path} is not a folder: point it at a folder (or unset it)")
+    return path
 
 
 # ----------------------------------------------------------------------------- the error path
+
+def reason(err):
+    """An exception's message in one line: the first detail where PyTorch heads its list of them
+    ("Error(s) in loading state_dict for X:" then "size mismatch for ...")."""
+    lines = [line.strip() for line in (str(err) or repr(err)).splitlines() if line.strip()]
+    return lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0]
+
 
 def fail(message, code=USAGE):
     """Print `error: <message>` (one line) on stderr and exit. Under torchrun every worker meets

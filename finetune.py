@@ -103,7 +103,7 @@ def load_pretrained(spec):
             weights = {k: v for k, v in state["model"].items() if k.startswith(("bert.", "pooler."))}
         missing, unexpected = BertForSequenceClassification(config).load_state_dict(weights, strict=False)
     except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
-        raise FinetuneError(f"cannot load --model {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
+        raise FinetuneError(f"cannot load --model {spec}: {cli.reason(err)}") from err
     if unexpected or any(not k.startswith(("pooler.", "classifier.")) for k in missing):
         raise FinetuneError(f"{source} does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
     vocab = vocab_beside(source)

@@ -170,7 +170,13 @@ class RunLock:
             print(f"note: {folder}: taking over the lock of process {owner}, which ended without "
                   f"releasing it (killed?)", file=sys.stderr)
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        try:
+            os.pwrite(self.fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        except OSError as err:  # a full disk: leave nothing, say where
+            self.release()
+            if cli.disk_full(err):
+                raise cli.DiskFull(folder, 100, f"the lock of {flag}") from None
+            raise
 
     def release(self):
         os.ftruncate(self.fd, 0)  # empty: released cleanly
@@ -355,8 +361,13 @@ def load_checkpoint(path, need=WEIGHTS):
     missing = [k for k in need if k not in state]
     wrong = [k for k in ("model", "model_config", "optimizer", "scaler", "args")
              if k in need and k in state and not isinstance(state[k], dict)]
-    if missing or wrong or ("step" in need and type(state["step"]) is not int):
-        what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong) or 'step'}"
+    if "model" in need and "model" not in missing + wrong and not all(
+            isinstance(v, torch.Tensor) for v in state["model"].values()):
+        wrong.append("model")  # weights that are not tensors
+    if "step" in need and "step" in state and type(state["step"]) is not int:
+        wrong.append("step")
+    if missing or wrong:
+        what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong)}"
         raise UsageError(f"{path} is not a taco checkpoint: it {what}")
     return state
 
@@ -425,7 +436,7 @@ def load_init(spec, flag="--init"):
     except UsageError:
         raise
     except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
-        raise UsageError(f"cannot load {flag} {spec}: {(str(err) or repr(err)).splitlines()[0]}") from err
+        raise UsageError(f"cannot load {flag} {spec}: {cli.reason(err)}") from err
 
 
 # ----------------------------------------------------------------------------- processes
@@ -840,7 +851,7 @@ def check_same_inputs(recorded, now, args, warn):
     """--resume: the vocabulary and the token array must be the ones the run was trained on (their
     checksums, recorded in every checkpoint); with --force a change is a warning. Checkpoints
     from before this record have nothing to compare."""
-    recorded = recorded or {}
+    recorded = recorded if isinstance(recorded, dict) else {}
     if recorded.get("vocab_sha256") not in (None, now["vocab_sha256"]):
         problem = (f"--vocab {args.vocab} is not the vocabulary this run was trained with (its sha256 changed); "
                    f"pass the run's own {os.path.join(args.out, 'vocab.txt')} as --vocab")

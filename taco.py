@@ -584,7 +584,10 @@ def make_model(args, cfg, init_state=None):
         if cfg.tie_word_embeddings:  # one shared matrix: the input embeddings (an untied init's decoder is dropped)
             init_state = {**init_state, "mlm.decoder.weight": init_state["bert.embeddings.word.weight"]}
         # RetroMAE's decoder continues if the init has one and is fresh (seeded) if not; dropped for other objectives
-        missing, unexpected = model.load_state_dict(init_state, strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(init_state, strict=False)
+        except RuntimeError as err:  # tensors of other shapes than the init's own config says
+            raise UsageError(f"--init {args.init} does not fit the model: {cli.reason(err)}") from err
         stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
         if stray:
             raise UsageError(f"--init {args.init} does not fit the model: {', '.join(stray[:4])}")

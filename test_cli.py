@@ -201,3 +201,12 @@ def test_under_torchrun_only_local_rank_0_says_a_mistake(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.fail("bad flag")
     assert exit_info.value.code == 2 and capsys.readouterr().err == "error: bad flag (rank 1)\n"
+
+
+def test_a_cache_that_is_not_a_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("TACO_CACHE", str(tmp_path / "afile"))
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module("data").main(["--data", "toy", "--vocab", "toy"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: $TACO_CACHE {tmp_path / 'afile'} is not a folder: point it at a folder (or unset it)\n"

@@ -423,11 +423,11 @@ def test_rotation_counts_only_valid_checkpoints(straight, tmp_path, monkeypatch,
     run = str(tmp_path / "run")
     shutil.copytree(straight, run)
     flip_byte(os.path.join(run, "ckpt_00000016.pt"))
-    monkeypatch.setattr(runs, "get_lr", signalled_get_lr)
+    monkeypatch.setattr(taco, "get_lr", signalled_get_lr)
     assert run_taco(quick + ["--out", run, "--resume", "--keep_last", "1"]) == 143
     assert "skipping checkpoint" in capsys.readouterr().err
     assert sorted(n for n in os.listdir(run) if n.endswith(".pt")) == ["ckpt_00000014.pt", "ckpt_00000016.pt"]
-    monkeypatch.setattr(runs, "get_lr", get_lr)
+    monkeypatch.setattr(taco, "get_lr", get_lr)
     assert run_taco(quick + ["--out", run, "--resume", "--keep_last", "1"]) == 0
     assert "resumed at step 14" in capsys.readouterr().out
     assert same_weights(final_weights(straight), final_weights(run))
@@ -597,7 +597,8 @@ def test_checkpoints_that_taco_did_not_write(tmp_path, capsys, quick, run_taco):
     good = torch.load(ckpt, weights_only=True)
     for content, why in [(torch.zeros(3), "holds a Tensor"), ({k: v for k, v in good.items() if k != "optimizer"},
                                                                "lacks optimizer"),
-                         ({**good, "model": [1, 2]}, "malformed model"), ({**good, "step": "4"}, "malformed step")]:
+                         ({**good, "model": [1, 2]}, "malformed model"), ({**good, "step": "4"}, "malformed step"),
+                         ({**good, "model": {k: [1] for k in good["model"]}}, "malformed model")]:
         torch.save(content, ckpt)
         runs.write_json(ckpt[:-3] + ".json", {"step": 4, "bytes": os.path.getsize(ckpt), "sha256": runs.sha256(ckpt)})
         assert run_taco(quick + ["--steps", "8", "--out", run, "--resume"]) == 2
@@ -609,3 +610,23 @@ def test_checkpoints_that_taco_did_not_write(tmp_path, capsys, quick, run_taco):
             with pytest.raises(SystemExit) as stop:
                 finetune.main(["--model", run, "--out", str(tmp_path / "ft")])
             assert stop.value.code == 2 and "is not a taco checkpoint" in capsys.readouterr().err
+    shape = {**good, "model": {**good["model"], "bert.embeddings.word.weight": torch.zeros(5, 5)}}
+    torch.save(shape, ckpt)  # tensors that do not fit the checkpoint's own config
+    runs.write_json(ckpt[:-3] + ".json", {"step": 4, "bytes": os.path.getsize(ckpt), "sha256": runs.sha256(ckpt)})
+    assert run_taco(quick + ["--out", str(tmp_path / "c"), "--init", ckpt]) == 2
+    assert "does not fit the model: size mismatch for bert.embeddings.word.weight" in capsys.readouterr().err
+    torch.save({**good, "depends": "not a record"}, ckpt)  # nothing usable recorded: nothing to compare
+    runs.write_json(ckpt[:-3] + ".json", {"step": 4, "bytes": os.path.getsize(ckpt), "sha256": runs.sha256(ckpt)})
+    assert run_taco(quick + ["--steps", "4", "--out", run, "--resume"]) == 0
+
+
+def test_disk_full_when_taking_the_lock(tmp_path, monkeypatch):
+    """ENOSPC writing the owner into OUT/.lock (injected): one line naming the folder; the folder
+    the lock created is removed again."""
+    def no_space(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", no_space)
+    with pytest.raises(cli.DiskFull, match=rf"no space left in {tmp_path / 'run'} for the lock of --out"):
+        runs.RunLock(str(tmp_path / "run"))
+    assert os.listdir(tmp_path) == []

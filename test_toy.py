@@ -1,7 +1,11 @@
 """Tests for toy.py: the offline toy corpus, its vocabulary and evaluation sets."""
+import errno
+import os
+
 import numpy as np
 import pytest
 
+import cli
 import data
 import toy
 from tokenizer import SPECIAL_TOKENS
@@ -72,3 +76,14 @@ def test_toy_corpus_atomic(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         toy.toy_corpus(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_full_while_generating_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    def no_space(out, rng):
+        (out / "train.txt").write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(toy, "_write_toy", no_space)
+    with pytest.raises(cli.DiskFull, match=rf"no space left in {tmp_path} for toy-v\d+-seed0: it needs more"):
+        toy.toy_corpus(tmp_path)
+    assert os.listdir(tmp_path) == []

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import cli
 from cli import default_cache_dir
 from tokenizer import SPECIAL_TOKENS
 
@@ -207,7 +208,10 @@ def _generate_once(final, write):
     try:
         write(tmp)
         os.rename(tmp, final)
-    except OSError:
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if cli.disk_full(err):  # one line naming the folder (after the temp folder went)
+            raise cli.DiskFull(final.parent, None, final.name) from None
         if not final.is_dir():  # a concurrent process that won the race is fine
             raise
     finally:
