@@ -163,8 +163,8 @@ def to_examples(task, cols, where, labelled=True):
     if n == 0:
         raise FinetuneError(f"{where} is empty; {task.name} needs examples in every split")
     # GLUE's TSV names first, then the hub's (which CSV / JSON files use too)
-    names = next((c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label"))
-                  if set(c[0]) <= set(cols)), None)
+    fits = [c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label")) if set(c[0]) <= set(cols)]
+    names = next((c for c in fits if c[1] in cols), fits[0] if fits else None)  # STS-B: both share the text names
     if names is None:
         raise FinetuneError(f"{where} lacks the text columns {', '.join(task.tsv[:-1])} "
                             f"(or {', '.join(task.text)}); it has {', '.join(cols)}")

@@ -458,3 +458,18 @@ def test_summary_leaves_out_runs_without_finite_scores(models, tmp_path, capsys)
     assert "left out 2 run(s) without finite dev scores" in capsys.readouterr().err
     summary = (out / "summary.json").read_text()
     assert "NaN" not in summary and json.loads(summary)["models"][models["run"]]["tasks"]["toy"]["seeds"] == [1, 2]
+
+
+def test_stsb_json_with_the_hubs_names_and_a_null_score(models, tmp_path, capsys):
+    """STS-B's TSV and the hub share the text column names; a JSON file with the hub's "label"
+    (not the TSV's "score") is read as such, and its null score is one line, not a NaN."""
+    d = tmp_path / "STS-B"
+    d.mkdir()
+    rows = [{"sentence1": "a b", "sentence2": "b c", "label": i % 5} for i in range(10)]
+    (d / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    rows[2]["label"] = None
+    (d / "dev.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(SystemExit) as exit_info:
+        run(["--model", models["run"], "--task", "stsb", "--data_dir", str(d), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: {d}/dev.jsonl row 3: label None is not a finite number\n"
