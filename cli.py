@@ -296,7 +296,7 @@ def _exit_for(err):
         fail(err)
     if disk_full(err):
         name = getattr(err, "filename", None)
-        fail(f"no space left on the device writing {name or 'a file'}: free some space in "
+        fail(f"No space left on device{f': {name}' if name else ''}; free some space in "
              f"{os.path.dirname(os.path.abspath(name)) if name else 'the output or cache folder'}")
     if isinstance(err, OSError):  # permission denied, ...: the environment, not a bug
         fail(f"{err.strerror or err}{f': {err.filename}' if err.filename else ''}")

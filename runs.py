@@ -754,8 +754,9 @@ class Run:
             self.say(f"step {done}/{args.steps} | {' '.join(f'{k} {v}' for k, v in shown.items())} | lr {lr:.1e} | "
                      f"{tok_s:,.0f} tok/s | {duration(elapsed)}" + f", ~{duration(left)} left" * (left > 0))
         if evals:
-            self.say(f"step {done}: held-out MLM loss {evals['eval_mlm_loss']:.3f} (accuracy "
-                     f"{evals['eval_mlm_acc']:.3f}); contextual score {evals['ctx_score']:.3f} (intra "
+            held_out = (f"held-out MLM loss {evals['eval_mlm_loss']:.3f} (accuracy {evals['eval_mlm_acc']:.3f})"
+                        if "eval_mlm_loss" in evals else "no held-out MLM (masking chose no held-out token)")
+            self.say(f"step {done}: {held_out}; contextual score {evals['ctx_score']:.3f} (intra "
                      f"{evals['ctx_intra']:.3f} - inter {evals['ctx_inter']:.3f}; within documents "
                      f"{evals['ctx_doc_score']:.3f})")
         if left and (steps >= 20 or elapsed >= 30):

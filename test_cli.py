@@ -69,7 +69,7 @@ def test_every_entry_point_answers_mistakes_alike(script, argv, message, tmp_pat
     (KeyboardInterrupt(), 130, "interrupted\n"),
     (cli.Stop(signal.SIGTERM), 143, "stopped by SIGTERM\n"),
     (OSError(errno.ENOSPC, "No space left on device", "/x/y"), 2,
-     "error: no space left on the device writing /x/y: free some space in /x\n"),
+     "error: No space left on device: /x/y; free some space in /x\n"),
     (RuntimeError("a library's own words"), 2, None),  # raised while handling a full disk: see below
 ])
 def test_the_one_error_path(raised, code, stderr, capsys):
@@ -79,7 +79,7 @@ def test_the_one_error_path(raised, code, stderr, capsys):
             raise raised from OSError(errno.ENOSPC, "No space left on device")
         raise raised
     err = capsys.readouterr().err
-    assert exit_info.value.code == code and (err == stderr or stderr is None and err.startswith("error: no space left"))
+    assert exit_info.value.code == code and (err == stderr or stderr is None and err.startswith("error: No space left"))
 
 
 # A child of errors()' process: SIGTERM to the parent only (kill, timeout) or SIGINT to the whole
