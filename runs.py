@@ -345,16 +345,9 @@ WEIGHTS = ("model", "model_config")  # what --init, --model and analyze.py read 
 RESUME = WEIGHTS + ("optimizer", "scaler", "step", "args")  # and what --resume reads too
 
 
-def load_checkpoint(path, need=WEIGHTS):
-    """Load a checkpoint (tensors and plain types only: weights_only=True) that holds what
-    taco writes: a dict with the keys `need`; anything else is one line naming the file."""
-    if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
-        raise UsageError(f"checkpoint {path} is invalid: {reason}")
-    cli.regular_file(path, "checkpoint")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say which, not a traceback
-        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
+def check_content(state, path, need=WEIGHTS):
+    """One line naming `path` unless `state` is what taco saves: a dict with the keys `need`,
+    weights that are tensors, an integer step."""
     if not isinstance(state, dict):
         raise UsageError(f"{path} is not a taco checkpoint: it holds a {type(state).__name__}, not the dict "
                          f"taco saves ({', '.join(need)}, ...)")
@@ -369,6 +362,19 @@ def load_checkpoint(path, need=WEIGHTS):
     if missing or wrong:
         what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong)}"
         raise UsageError(f"{path} is not a taco checkpoint: it {what}")
+
+
+def load_checkpoint(path, need=WEIGHTS):
+    """Load a checkpoint (tensors and plain types only: weights_only=True) that holds what
+    taco writes: a dict with the keys `need`; anything else is one line naming the file."""
+    if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
+        raise UsageError(f"checkpoint {path} is invalid: {reason}")
+    cli.regular_file(path, "checkpoint")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
+    check_content(state, path, need)
     return state
 
 
@@ -406,11 +412,12 @@ def trained_with(spec):
         return source, None
     try:
         ckpt = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
-        run, cfg = dict(ckpt.get("args") or {}), ckpt["model_config"]
     except Exception as err:  # a truncated or foreign file: say which, not a traceback
         raise UsageError(f"cannot read checkpoint {source}: {err.__class__.__name__}") from err
+    check_content(ckpt, source)
+    run, cfg = dict(ckpt["args"]) if isinstance(ckpt.get("args"), dict) else {}, ckpt["model_config"]
     if "recipe" not in run:  # recorded since recipes depend on --init: --size's, unless the model is not that size
-        shape = (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"])
+        shape = (cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("num_attention_heads"))
         run["recipe"] = run.get("size") if SIZES.get(run.get("size")) == shape else "continue"
     return source, run
 
