@@ -241,17 +241,29 @@ def group_processes(pgid):
     return [int(p) for p, g, st in (l.split() for l in out if l.strip()) if int(g) == pgid and not st.startswith("Z")]
 
 
+# taco.py with a tokenizer slowed down from outside (2 ms a document), so that a signal surely
+# lands while the documents are being tokenised, however fast the machine.
+SLOW_TACO = """
+import sys, time
+sys.path.insert(0, {here!r})
+import tokenizer
+encode = tokenizer.WordPieceTokenizer.encode
+tokenizer.WordPieceTokenizer.encode = lambda self, text: (time.sleep(0.002), encode(self, text))[1]
+import taco
+taco.main(sys.argv[1:])
+"""
+
+
 @pytest.mark.parametrize("sig, group, num_proc", [(signal.SIGINT, True, 1), (signal.SIGINT, True, 2),
                                                   (signal.SIGTERM, False, 2)])
 def test_a_signal_while_tokenising_ends_everything(tmp_path, toy_dir, sig, group, num_proc):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to taco.py
-    alone (kill, timeout) while datasets.map tokenises: exit 128 + signal, one line, no traceback,
-    no worker left, no temp file, no --out left behind."""
-    corpus = tmp_path / "big.txt"
-    text = (toy_dir / "train.txt").read_text()
-    corpus.write_text(text * 8)
+    alone (kill, timeout) while its processes tokenise: exit 128 + signal, one line, no traceback,
+    no process left, no temp file, no --out left behind."""
+    wrapper = tmp_path / "slow_taco.py"
+    wrapper.write_text(SLOW_TACO.format(here=str(HERE)))
     cache, out, log = tmp_path / "cache", tmp_path / "run", tmp_path / "stderr"
-    cmd = [sys.executable, str(HERE / "taco.py"), "--data", str(corpus), "--vocab", str(toy_dir / "vocab.txt"),
+    cmd = [sys.executable, str(wrapper), "--data", str(toy_dir / "train.txt"), "--vocab", str(toy_dir / "vocab.txt"),
            "--cache_dir", str(cache), "--out", str(out), "--num_proc", str(num_proc), "--threads", "1"]
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
@@ -259,7 +271,7 @@ def test_a_signal_while_tokenising_ends_everything(tmp_path, toy_dir, sig, group
     os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
     assert proc.wait(timeout=120) == 128 + sig
     wait_for(lambda: not group_processes(proc.pid), timeout=10)
-    assert group_processes(proc.pid) == []  # the pool's workers too
+    assert group_processes(proc.pid) == []  # the tokenising processes too
     lines = [l for l in log.read_text().replace("\r", "\n").splitlines() if l.strip() and "tokenizing" not in l]
     assert lines == ["interrupted" if sig == signal.SIGINT else "stopped by SIGTERM"], lines
     assert not out.exists() and not list(cache.glob("tokens/*"))

@@ -132,11 +132,11 @@ def ckpt(out, step):
     return torch.load(os.path.join(out, f"ckpt_{step:08d}.pt"), weights_only=True)
 
 
-def test_weight_decay_follows_the_objective(capsys):
+def test_weight_decay_follows_the_objective(capsys, init_run):
     """TaCL's official AdamW has no weight decay: tacl's default is 0 (as its temperature is its
     own), the other objectives keep TACO's 0.01; an explicit --weight_decay wins; --help says so."""
-    assert taco.get_args(["--objective", "tacl", "--init", "x"]).weight_decay == 0
-    assert taco.get_args(["--objective", "tacl", "--init", "x", "--weight_decay", "0.1"]).weight_decay == 0.1
+    assert taco.get_args(["--objective", "tacl", "--init", init_run]).weight_decay == 0
+    assert taco.get_args(["--objective", "tacl", "--init", init_run, "--weight_decay", "0.1"]).weight_decay == 0.1
     assert all(taco.get_args(["--objective", o]).weight_decay == 0.01 for o in ("taco", "mlm", "retromae"))
     with pytest.raises(SystemExit):
         taco.get_args(["--help"])
