@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-import runs
+import checkpoints
 from cli import DataError, UsageError, int_range
 from data import load_tokenizer, make_blocks, tokenize_corpus
 from evalsets import read_beir, read_pairs, read_sts
@@ -215,7 +215,7 @@ def plot_heatmaps(panels, tokens, path):
         ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
         ax.set_title(name, fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cosine")
-    runs.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower(), dpi=100,
+    checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower(), dpi=100,
                                                   bbox_inches="tight"))
     plt.close(fig)
     print(f"heatmap: {path}")
@@ -381,7 +381,7 @@ def load_encoder(spec):
     if os.path.isfile(source):
         cfg = os.path.join(os.path.dirname(source), "config.json")
         if os.path.isfile(cfg):
-            run_args = runs.read_json(cfg).get("args", {})
+            run_args = checkpoints.read_json(cfg).get("args", {})
             if not isinstance(run_args, dict):
                 raise UsageError(f'{cfg}: "args" is a JSON {type(run_args).__name__}, not an object; edited?')
     return encoder.eval(), tok, run_args, source
@@ -557,7 +557,7 @@ def main(argv=None):
             result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len, pooling)
         print(format_report(result))
         if args.json:  # before the picture: a picture that fails never costs the numbers
-            runs.write_json(args.json, _finite(result))  # all or nothing
+            checkpoints.write_json(args.json, _finite(result))  # all or nothing
         if args.heatmap:
             tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
             plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)

@@ -1,4 +1,5 @@
 """Fixtures shared by the test files (one test file per product module)."""
+import json
 import os
 
 import pytest
@@ -83,3 +84,26 @@ def real_text(tmp_path_factory):
     path = tmp_path_factory.mktemp("real_text") / "docs.txt"
     path.write_text("\n\n".join(paragraphs[:80]) + "\n", encoding="utf-8")
     return str(path), tuple(paragraphs[-40:])
+
+
+@pytest.fixture(scope="session")
+def straight(tmp_path_factory, quick, run_taco):
+    """An uninterrupted quick run: the reference for every interrupted one."""
+    out = str(tmp_path_factory.mktemp("straight") / "run")
+    assert run_taco(quick + ["--out", out]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def same_weights():
+    """Whether two state dicts hold the same names and bit-for-bit equal tensors."""
+    return lambda a, b: a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="session")
+def metrics_of():
+    """A run's metrics.jsonl as (step, loss, eval_mlm_loss) tuples."""
+    def read(out):
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            return [(r["step"], r.get("loss"), r.get("eval_mlm_loss")) for r in map(json.loads, f)]
+    return read

@@ -27,15 +27,15 @@ import sys
 import torch
 
 import cli
-import runs
+import checkpoints
 from model import BertForPreTraining, to_hf_state_dict, write_safetensors
 
 
 def export(spec, out, pooling=None, encoder_only=False):
     """Write the HF folder `out` from a run, checkpoint or HF folder `spec` -> a summary line."""
-    source, run = runs.trained_with(spec)
-    init = runs.load_init(spec, "SOURCE")  # the weights, RetroMAE's decoder included
-    vocab = runs.vocab_beside(source)
+    source, run = checkpoints.trained_with(spec)
+    init = checkpoints.load_init(spec, "SOURCE")  # the weights, RetroMAE's decoder included
+    vocab = checkpoints.vocab_beside(source)
     cli.regular_file(vocab, "vocabulary")
     cfg, fresh_pooler = init.config, not init.config.pooler
     cfg.pooler = True
@@ -57,7 +57,7 @@ def export(spec, out, pooling=None, encoder_only=False):
         if encoder_only:  # a BertModel: its keys carry no "bert." prefix, and no MLM head
             sd = {k.removeprefix("bert."): v for k, v in to_hf_state_dict(model).items() if k.startswith("bert.")}
             write_safetensors(os.path.join(tmp, "model.safetensors"), sd)
-            runs.write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict("BertModel"))
+            checkpoints.write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict("BertModel"))
         write_sentence_transformers(tmp, cfg, pooling, lower)
         if os.path.isdir(out):
             shutil.rmtree(out)
@@ -78,7 +78,7 @@ def lowercase(source, run):
     keeps case only for a cased hub vocabulary (--vocab bert-base-cased)."""
     if run is None:
         path = os.path.join(source, "tokenizer_config.json")
-        return runs.read_json(path).get("do_lower_case", True) if os.path.isfile(path) else True
+        return checkpoints.read_json(path).get("do_lower_case", True) if os.path.isfile(path) else True
     vocab = str(run.get("vocab", "")).lower()
     return not ("cased" in vocab and "uncased" not in vocab)
 
@@ -87,11 +87,11 @@ def write_sentence_transformers(folder, cfg, pooling, lower):
     """modules.json (the transformer, then pooling) and its two configs: what SentenceTransformer reads."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-    runs.write_json(os.path.join(folder, "modules.json"), modules)
-    runs.write_json(os.path.join(folder, "sentence_bert_config.json"),
+    checkpoints.write_json(os.path.join(folder, "modules.json"), modules)
+    checkpoints.write_json(os.path.join(folder, "sentence_bert_config.json"),
                     {"max_seq_length": min(512, cfg.max_position_embeddings), "do_lower_case": False})
     os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
-    runs.write_json(os.path.join(folder, "1_Pooling", "config.json"), {
+    checkpoints.write_json(os.path.join(folder, "1_Pooling", "config.json"), {
         "word_embedding_dimension": cfg.hidden_size, "pooling_mode_cls_token": pooling == "cls",
         "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False})

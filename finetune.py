@@ -40,11 +40,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import fast
-import runs
+import checkpoints
 from cli import UsageError, float_range, int_range
 from data import load_tokenizer
 from model import SIZES, BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
-from runs import find_weights, load_checkpoint, setup_distributed, vocab_beside
+from checkpoints import find_weights, load_checkpoint, vocab_beside
+from runs import setup_distributed
 from taco import configure_optimizer, get_lr
 from tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task, load_split, read_examples
 from tokenizer import WordPieceTokenizer
@@ -92,7 +93,7 @@ def load_pretrained(spec):
         raise FinetuneError(f"--model {err}") from err
     try:
         if is_hf:
-            config = BertConfig.from_dict(runs.read_json(os.path.join(spec, "config.json")))
+            config = BertConfig.from_dict(checkpoints.read_json(os.path.join(spec, "config.json")))
             model = BertForSequenceClassification(config)
             fresh = load_hf_state_dict(model, {k: v for k, v in read_weights(spec).items()
                                                if not k.startswith("classifier.")})
@@ -129,7 +130,7 @@ FT_RECIPES = {
 
 def choose_ft_recipe(config, origin=None):
     """-> (FT_RECIPES key, why) by what the model is. origin: the taco recipe that pre-trained it
-    (its run's, runs.trained_with: tiny, mini, small, ..., continue), "huggingface" (trained
+    (its run's, checkpoints.trained_with: tiny, mini, small, ..., continue), "huggingface" (trained
     elsewhere), or None (not known: a model of a toy size's shape is taken for a toy run)."""
     shape = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads)
     toy = origin in ("tiny", "mini") or (origin is None and shape in (SIZES["tiny"], SIZES["mini"]))
@@ -247,7 +248,7 @@ def write_predictions(model, task, data, args):
         lines = ["index\tprediction"] + [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None
                                          else f"{i}\t{task.labels[int(p)]}" for i, p in zip(data[test]["index"], preds)]
         path = os.path.join(args.out, "predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
-        runs.write_bytes(path, ("\n".join(lines) + "\n").encode())
+        checkpoints.write_bytes(path, ("\n".join(lines) + "\n").encode())
 
 
 def save_best(model, task, record, tok, args):
@@ -256,7 +257,7 @@ def save_best(model, task, record, tok, args):
     `--predict` needs to read new examples. A better one saved there for the same pre-trained model
     is kept; one of another pre-trained model is replaced, with a note."""
     path = os.path.join(args.out, "best", task.name)
-    old = runs.read_json(os.path.join(path, "config.json")).get("taco_task", {}) if os.path.isdir(path) else {}
+    old = checkpoints.read_json(os.path.join(path, "config.json")).get("taco_task", {}) if os.path.isdir(path) else {}
     if old.get("model") == record["model"] and old.get("dev", {}).get("main", -math.inf) >= record["metrics"]["main"]:
         return
     if old and old.get("model") != record["model"]:
@@ -278,7 +279,7 @@ def save_best(model, task, record, tok, args):
 def predict_file(args):
     """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for
     every example of FILE -> OUT/predictions/<FILE's name>.tsv."""
-    about = runs.read_json(os.path.join(args.model, "config.json")).get("taco_task") if os.path.isfile(
+    about = checkpoints.read_json(os.path.join(args.model, "config.json")).get("taco_task") if os.path.isfile(
         os.path.join(args.model, "config.json")) else None
     if not about:
         raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
@@ -289,7 +290,7 @@ def predict_file(args):
     args.device, args.autocast = cli.device(args.device), contextlib.nullcontext()
     cli.set_threads(args.threads)
     model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x")).to(args.device)
-    lower = runs.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
+    lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
     tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower)
     args.pad_id = tok.pad_id
     preds, prob = predict(model, encode(tok, data, args.max_len or about["max_len"]), labels is None, args, True)
@@ -298,7 +299,7 @@ def predict_file(args):
     header = "index\tprediction" + "\tprobability" * (labels is not None)
     out = os.path.join(args.out, "predictions", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    runs.write_bytes(out, ("\n".join([header] + rows) + "\n").encode())
+    checkpoints.write_bytes(out, ("\n".join([header] + rows) + "\n").encode())
     print(f"{about['name']}: {len(rows)} predictions of {args.model} for {args.predict} in {out}")
 
 
@@ -461,7 +462,7 @@ def finetune(args):
     if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
         raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
     config, weights, vocab, args.source = load_pretrained(args.model)
-    origin = "huggingface" if os.path.isdir(args.source) else runs.trained_with(args.source)[1]["recipe"]
+    origin = "huggingface" if os.path.isdir(args.source) else checkpoints.trained_with(args.source)[1]["recipe"]
     recipe, why = choose_ft_recipe(config, origin)
     vars(args).update({k: v for k, v in FT_RECIPES[recipe].items() if getattr(args, k) is None})
     args.max_len = args.max_len or 128
@@ -497,14 +498,14 @@ def finetune(args):
             record, model = run_one(task, data, config, weights, args, lr, bs, epochs, seed)
             if args.rank == 0:
                 os.makedirs(args.out, exist_ok=True)  # only now: a mistake found before leaves no folder
-                runs.append_jsonl(results, record)
+                checkpoints.append_jsonl(results, record)
                 save_best(model, task, record, tok, args)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
     if args.rank == 0:
-        summary = summarize(scored(runs.read_jsonl(results), results))  # a line torn by a kill is dropped
-        runs.write_json(os.path.join(args.out, "summary.json"), summary)
+        summary = summarize(scored(checkpoints.read_jsonl(results), results))  # a line torn by a kill is dropped
+        checkpoints.write_json(os.path.join(args.out, "summary.json"), summary)
         print(format_table(summary))
     if args.world > 1:
         torch.distributed.barrier()

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import runs
+import checkpoints
 from cli import UsageError
 from data import make_blocks, tokenize_corpus
 from toy import TOPICS
@@ -125,7 +125,7 @@ def objective_of(spec):
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         return "taco"
-    return runs.read_json(path).get("args", {}).get("objective", "taco")
+    return checkpoints.read_json(path).get("args", {}).get("objective", "taco")
 
 
 # ----------------------------------------------------------------------------- the pictures
@@ -261,7 +261,7 @@ def curves(run_dirs, out):
         if not os.path.isfile(path):
             raise PictureError(f"{spec} has no metrics.jsonl: pass taco.py run directories")
         objective = objective_of(spec)
-        read.append((short_name(spec), objective, runs.read_jsonl(path), plt.cm.tab10(i % 10)))
+        read.append((short_name(spec), objective, checkpoints.read_jsonl(path), plt.cm.tab10(i % 10)))
     names = {o for _, o, _, _ in read}
     aux = [OBJECTIVES[o]["tc"] for o in OBJECTIVES if o in names and OBJECTIVES[o]["tc"]]
     panels = [("loss", "training loss: " + " / ".join(OBJECTIVES[o]["loss"] for o in OBJECTIVES if o in names)),

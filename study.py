@@ -37,7 +37,7 @@ import torch
 import analyze
 import cli
 import finetune
-import runs
+import checkpoints
 import taco
 from cli import float_range, int_range
 from data import load_tokenizer
@@ -72,8 +72,8 @@ def pretrain(name, args, seed, out_dir, extra=()):
                                            str(args.save_every), "--keep_last", "1000000", "--out", out, *extra]
     want = {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}
     with contextlib.suppress(OSError, ValueError, KeyError):
-        have = runs.read_json(os.path.join(out, "config.json"))["args"]
-        last = runs.latest_checkpoint(out)
+        have = checkpoints.read_json(os.path.join(out, "config.json"))["args"]
+        last = checkpoints.latest_checkpoint(out)
         if all(have.get(k) == v for k, v in want.items()) and last and last.endswith(f"{want['steps']:08d}.pt"):
             print(f"{name}: reusing the finished run in {out}")
             return out
@@ -112,13 +112,13 @@ def finetune_scores(config, weights, tok, args, ft):
 def measure(name, run, args, ft, pairs, init_rows):
     """One row per checkpoint of a run (and its step-0 init): analysis, eval MLM, fine-tuning.
     init_rows: {(model config, seed, data, max_len): step-0 row}, shared by the objectives."""
-    cfg = runs.read_json(os.path.join(run, "config.json"))
-    evals = {r["step"]: r for r in runs.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r}
+    cfg = checkpoints.read_json(os.path.join(run, "config.json"))
+    evals = {r["step"]: r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r}
     torch.manual_seed(cfg["args"]["seed"])  # taco.py's init, exactly: the step-0 row
     init = BertForPreTraining(BertConfig(**cfg["model_config"])).bert
     rows, tok, batches = [], None, None
     init_key = json.dumps([cfg["model_config"], cfg["args"]["seed"], cfg["args"]["data"], cfg["args"]["max_len"]])
-    for path in [None] + sorted(runs.list_checkpoints(run)):
+    for path in [None] + sorted(checkpoints.list_checkpoints(run)):
         if path is None:
             if init_key in init_rows:  # objectives that share an init share its row: measure it once
                 rows.append({**init_rows[init_key], "variant": name})
@@ -176,13 +176,13 @@ def measure_final(run_dirs, args, ft, pairs):
     fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
     rows, panels, batches = [], {}, None
     for name, run in run_dirs.items():
-        encoder, tok, run_args, _ = analyze.load_encoder(runs.latest_checkpoint(run))
+        encoder, tok, run_args, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
         if batches is None:
             batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
                                               32, args.cache_dir)
             sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
         res = analyze.analyze(encoder, tok, batches, pairs)
-        ev = [r for r in runs.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
+        ev = [r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
         weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
         scores = finetune_scores(encoder.config, weights, tok, args, ft) if args.ft_seeds else []
         rows.append({"variant": name, "step": ev["step"], "eval_mlm_loss": ev["eval_mlm_loss"],
@@ -331,12 +331,12 @@ def retromae_study(args, pairs, device):
     evalset = toy_sentence_eval(args.cache_dir)
     sts = read_sts(os.path.join(evalset, "sts.tsv"))
     beir = read_beir(os.path.join(evalset, "retrieval"))
-    cfg = runs.read_json(os.path.join(stage0, "config.json"))["args"]
+    cfg = checkpoints.read_json(os.path.join(stage0, "config.json"))["args"]
     batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
     ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
     rows = []
     for name, run in [("init (MLM stage 0)", stage0)] + list(run_dirs.items()):
-        encoder, _, _, _ = analyze.load_encoder(runs.latest_checkpoint(run))
+        encoder, _, _, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
         steps = args.steps + (0 if run == stage0 else args.continue_steps)
         ret = analyze.dense_retrieval(encoder, tok, beir, "dot")
         res = analyze.analyze(encoder, tok, batches, pairs)
@@ -463,7 +463,7 @@ def finished(out, args, seed):
     """out/study.json if it holds this seed measured with the same settings, else None."""
     skip = {"seed", "out", "plot", "threads"}  # where and how fast, not what
     with contextlib.suppress(OSError, ValueError, KeyError):
-        saved = runs.read_json(os.path.join(out, "study.json"))
+        saved = checkpoints.read_json(os.path.join(out, "study.json"))
         same = all(saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip)
         if same and str(seed) in saved["wall"] and {r["seed"] for r in saved["rows"]} == {seed}:
             return saved
@@ -488,8 +488,8 @@ def finetune_data(args, vocab_file, device):
 
 def save(out, args, wall, rows, table):
     """OUT/study.json (settings, wall times, every row), OUT/table.md, the printed table, the plot."""
-    runs.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    runs.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    checkpoints.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    checkpoints.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     plot(rows, os.path.join(out, "study.png") if not args.plot or out != args.out else args.plot)
 
@@ -502,8 +502,8 @@ def tacl_study(args, pairs, device, t0):
     rows, tokens, panels = measure_final(run_dirs, args, ft, pairs)
     table = format_tacl_table(rows)
     wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
-    runs.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    runs.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
+    checkpoints.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    checkpoints.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
     print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
@@ -514,8 +514,8 @@ def finish_retromae(args, rows, t0):
     """study.json, table.md and the printed table of the --retromae mode."""
     table = format_retromae_table(rows)
     wall = {"total_s": round(time.time() - t0)}
-    runs.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    runs.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    checkpoints.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    checkpoints.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
     print(table)
     print(f"wall time: {wall['total_s']} s")
     return rows

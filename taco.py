@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+import checkpoints
 import runs
 from cli import UsageError, float_range, int_range
 from data import Batches, mask_tokens, rand, retromae_batch
@@ -396,7 +397,7 @@ def get_args(argv=None):
     vars(args).update({k: v for k, v in recipe.items() if getattr(args, k) is None})
     args.data = args.data or ("toy" if args.recipe in TOY_SIZES or args.init else PAPER_DATA)  # --init: a toy model's
     if args.vocab is None:  # the init's own vocabulary, else the data's usual one
-        args.vocab = runs.vocab_beside(args.init) if args.init else "toy" if args.data == "toy" else "bert-base-uncased"
+        args.vocab = checkpoints.vocab_beside(args.init) if args.init else "toy" if args.data == "toy" else "bert-base-uncased"
     return args
 
 
@@ -404,8 +405,8 @@ def choose_recipe(args):
     """-> (RECIPES key, why): --size's, or with --init one that fits the init (docs/model.md)."""
     if not args.init:
         return args.size or "tiny", "--size"
-    source, run = runs.trained_with(args.init)
-    if args.data is None and not is_toy_vocab(runs.vocab_beside(source), args.cache_dir):  # no toy corpus for it
+    source, run = checkpoints.trained_with(args.init)
+    if args.data is None and not is_toy_vocab(checkpoints.vocab_beside(source), args.cache_dir):  # no toy corpus for it
         raise UsageError(f"--init {args.init} has its own vocabulary: pass --data, the text to continue it on")
     if args.size or (run and run["recipe"] in TOY_SIZES):  # a toy run continues as it was trained
         return (args.size, "--size as given") if args.size else (run["recipe"], "--init is a taco toy run")
@@ -608,7 +609,7 @@ def train(args, cleanup):
     run = runs.Run(args, cleanup)  # torchrun's ranks (or one process), CPU threads
     check_args(args, run.world, run.warn)  # mistakes across flags, before anything is written
     run.open()  # --out and its lock; the checkpoint to resume from
-    init = runs.load_init(args.init) if args.init else None  # the weights to continue from
+    init = checkpoints.load_init(args.init) if args.init else None  # the weights to continue from
     tok = run.tokenizer()  # --vocab's; if it is missing, one message names all that is missing
     cfg = model_config(args, tok, init)
     train_blocks, eval_blocks = run.data(tok)  # tokenised once and cached; the corpus's tail held out

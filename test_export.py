@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import export
-import runs
+import checkpoints
 from data import load_tokenizer
 from model import BertForPreTraining, read_weights
 
@@ -32,10 +32,10 @@ def toy_runs(tmp_path_factory, run_taco):
 
 def ours(source):
     """taco's own model of a run or checkpoint (RetroMAE's decoder dropped) and its tokenizer."""
-    init = runs.load_init(source)
+    init = checkpoints.load_init(source)
     model = BertForPreTraining(init.config)
     model.load_state_dict({k: v for k, v in init.state.items() if not k.startswith("decoder.")}, strict=False)
-    return model.eval(), load_tokenizer(runs.vocab_beside(runs.find_weights(source)[0]))
+    return model.eval(), load_tokenizer(checkpoints.vocab_beside(checkpoints.find_weights(source)[0]))
 
 
 def loaded(cls, path):

@@ -64,7 +64,7 @@ def keyword_rows(n, seed):
 def models(tmp_path_factory):
     """A random tiny "pre-trained" model: a taco run directory, a single checkpoint file, and a
     checkpoint whose vocabulary size does not match the vocab.txt beside it."""
-    from runs import save_checkpoint  # writes the manifest that marks a checkpoint valid
+    from checkpoints import save_checkpoint  # writes the manifest that marks a checkpoint valid
     root = tmp_path_factory.mktemp("models")
     vocab = SPECIALS + WORDS
     out = {}

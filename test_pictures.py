@@ -109,7 +109,7 @@ def test_out_folder_gets_the_picture_inside_and_says_where(run, tmp_path, capsys
 
 
 def test_torn_metrics_line_is_tolerated(run, tmp_path, capsys):
-    """A kill during an append leaves a last line cut short: it is dropped with a warning, as runs.read_jsonl promises."""
+    """A kill during an append leaves a last line cut short: it is dropped with a warning, as checkpoints.read_jsonl promises."""
     torn = tmp_path / "torn"
     shutil.copytree(run, torn)
     with open(torn / "metrics.jsonl", "a") as f:

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 import bench
 import model
+import checkpoints
 import runs
 import taco
 from model import BertConfig, BertForPreTraining
@@ -386,8 +387,8 @@ def test_fused_adamw_equals_plain_adamw():
     ids = torch.randint(5, 97, (4, 16))
     labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
     for _ in range(3):
-        for model, opt in zip(models, (fused, plain)):
-            logits = model(ids, labels=labels)[0]
+        for net, opt in zip(models, (fused, plain)):
+            logits = net(ids, labels=labels)[0]
             F.cross_entropy(logits, labels[labels != -100]).backward()
             opt.step()
             opt.zero_grad()
@@ -418,7 +419,7 @@ def test_short_run_learns_and_writes_its_directory(tmp_path, quick, run_taco):
     assert {"eval_mlm_loss", "eval_mlm_acc", "ctx_intra", "ctx_inter", "ctx_score", "tokens_per_s",
             "grad_norm", "lr"} <= last.keys()
     assert os.path.exists(os.path.join(out, "vocab.txt"))
-    assert runs.latest_checkpoint(out).endswith("ckpt_00000040.pt")
+    assert checkpoints.latest_checkpoint(out).endswith("ckpt_00000040.pt")
 
 
 def test_objectives_and_ablations_run(tmp_path, quick, run_taco, final_weights):

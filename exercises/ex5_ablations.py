@@ -78,7 +78,7 @@ def run(settings, out, seed, steps, ft_pairs, predictions, jobs=0):
 
 def main(argv=None):
     import cli
-    import runs
+    import checkpoints
     from exercises.miniature import choose, driver_args
     p = driver_args("Exercise 5: TACO's W, K, tau and lambda, measured against your predictions.")
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, from: " + ", ".join(SETTINGS))
@@ -87,7 +87,7 @@ def main(argv=None):
         names = choose(args.settings, SETTINGS, "setting")
         results = run(names, args.out, args.seed, args.steps, args.ft_pairs, PREDICTIONS, args.jobs)
     if args.json:
-        runs.write_json(args.json, results)
+        checkpoints.write_json(args.json, results)
     return results
 
 

@@ -38,7 +38,7 @@ def curve(run_dir, key):
 
 def main(argv=None, functions=None):
     import cli
-    import runs
+    import checkpoints
     from exercises.miniature import driver_args, finetune_score, pretrain_all, wordsim
     p = driver_args("Exercise 6: the MLM vs TACO miniature.")
     p.add_argument("--pictures", default="runs/ex6", help="folder for curves.png and cosine.png")
@@ -81,7 +81,7 @@ def main(argv=None, functions=None):
     except cli.UsageError as err:
         print(f"note: no pictures ({err})")
     if args.json:
-        runs.write_json(args.json, results)
+        checkpoints.write_json(args.json, results)
     return results
 
 

@@ -45,7 +45,7 @@ VARIANTS = {  # name -> taco.py flags (the objective is taco unless given)
 
 def main(argv=None):
     import cli
-    import runs
+    import checkpoints
     from exercises.miniature import choose, driver_args, finetune_score, pretrain_all, wordsim
     p = driver_args("Exercise 7: frozen and untied embeddings, MLM vs TACO.")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
@@ -63,7 +63,7 @@ def main(argv=None):
             print(f"| {name} | {x['ctx']:.3f} | {x['eval_mlm_loss']:.3f} | {x['wordsim']:.3f} | "
                   f"{'–' if ft is None else f'{100 * ft:.1f}'} | {x['wall_s']:.0f} |", flush=True)
     if args.json:
-        runs.write_json(args.json, results)
+        checkpoints.write_json(args.json, results)
     return results
 
 

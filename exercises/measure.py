@@ -254,8 +254,8 @@ def update_pages(t):
 
 def from_json(path, update):
     """The tables and claims of an earlier measurement (its --json file)."""
-    import runs
-    saved = runs.read_json(path)
+    import checkpoints
+    saved = checkpoints.read_json(path)
     r = {k: ({int(s): v for s, v in x.items()} if k.startswith("ex") else x) for k, x in saved["results"].items()}
     for seed in r["ex6"]:  # JSON made the curves' (step, value) pairs lists
         for name in r["ex6"][seed].values():
@@ -273,7 +273,7 @@ def from_json(path, update):
 
 def main(argv=None):
     import cli
-    import runs
+    import checkpoints
     p = argparse.ArgumentParser(description="Re-measure every table of exercises 5-7 over several seeds.")
     p.add_argument("--seeds", type=cli.list_of(cli.int_range(0)), default=[0, 1, 2], help="pre-training seeds, e.g. 0,1,2")
     p.add_argument("--out", default="runs/measure", help="where the runs go (finished ones are reused: use a fresh "
@@ -315,7 +315,7 @@ def main(argv=None):
         if args.update_pages:
             print("updated: " + (", ".join(update_pages(t)) or "nothing (no markers found)"))
         if args.json:
-            runs.write_json(args.json, {"machine": info, "results": {k: {str(s): v for s, v in x.items()}
+            checkpoints.write_json(args.json, {"machine": info, "results": {k: {str(s): v for s, v in x.items()}
                                                                     if k.startswith("ex") else x for k, x in r.items()}})
     return r, t
 

@@ -32,7 +32,7 @@ if ROOT not in sys.path:  # run as `python exercises/ex5_ablations.py`: the repo
 import torch  # noqa: E402
 
 import cli  # noqa: E402
-import runs  # noqa: E402
+import checkpoints  # noqa: E402
 import finetune  # noqa: E402
 import taco  # noqa: E402
 from data import load_tokenizer  # noqa: E402
@@ -103,7 +103,7 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
         last = [json.loads(line) for line in f if "ctx_score" in line][-1]
     result = {**{k: v for k, v in last.items() if k.startswith(("eval_", "ctx_"))},
               "wall_s": time.time() - t0, "cpu_s": time.process_time() - c0, "threads": n_threads}
-    runs.write_json(os.path.join(out, "miniature.json"), {
+    checkpoints.write_json(os.path.join(out, "miniature.json"), {
         "args": {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}, "result": result})
     return out, result
 
