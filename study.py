@@ -820,6 +820,8 @@ def main(argv=None):
             raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
         check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
         pairs = read_pairs(args)  # a bad file fails before training
+        if args.ft_seeds and args.ft_heldout:
+            toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
         if args.plot:
             cli.output_path(args.plot, "--plot", folder=False)
         if not args.jobs:
