@@ -346,6 +346,14 @@ def measure_all(jobs, args, done):
         pool.join()
 
 
+def checkpoints(run, run_args):
+    """(step, path) of a run's checkpoints every --save_every steps and at its end, in order; not
+    the extra one a run stopped by a signal saved where it stopped (it resumed from there)."""
+    every, steps = run_args["save_every"], run_args["steps"]
+    found = ((int(os.path.basename(p)[5:-3]), p) for p in taco.list_checkpoints(run))  # ckpt_00000200.pt
+    return sorted((step, p) for step, p in found if step % every == 0 or step == steps)
+
+
 def study_seeds(args, names):
     """The default mode: every seed's runs pre-trained side by side, then every checkpoint
     measured side by side; each seed saved in its folder once its rows are in -> all rows, times."""
@@ -370,7 +378,7 @@ def study_seeds(args, names):
                 inits[init] = (seed, name, 0)
                 jobs.append(((seed, name, 0), run, None))
             share[seed, name, 0] = inits[init]
-            jobs += [((seed, name, int(os.path.basename(p)[5:-3])), run, p) for p in sorted(taco.list_checkpoints(run))]
+            jobs += [((seed, name, step), run, p) for step, p in checkpoints(run, cfg["args"])]
     left = {seed: sum(key[0] == seed for key, _, _ in jobs) for seed in todo}
 
     def done(key, row):
@@ -621,16 +629,16 @@ def noise_lines(rows, seeds, kinds, others, last):
     lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
              "| objective | step | one fine-tuning vs its checkpoint's mean, held-out | same, dev 1,000 "
              f"| pre-training seeds' means ({n} fine-tunings each, held-out) | of which pre-training "
-             "| dev 1,000 vs held-out, one fine-tuned model |", "|" + "---|" * 7]
+             "| dev 1,000 minus held-out, one fine-tuned model (mean ± std) |", "|" + "---|" * 7]
     for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows if r["step"]):
         at = [r for r in rows if r["variant"] == v and r["step"] == step]
         ft_h = math.sqrt(np.mean([np.var(r["ft_heldout_scores"], ddof=1) for r in at]))
         ft_d = math.sqrt(np.mean([np.var(r["ft_scores"], ddof=1) for r in at]))
         between = float(np.std([r["ft_heldout_mean"] for r in at], ddof=1))
         pre = math.sqrt(max(0.0, between ** 2 - ft_h ** 2 / n))
-        dev_err = float(np.std([d - h for r in at for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], ddof=1))
+        dev_err = ms([d - h for r in at for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], 100, "{:+.1f}")
         lines.append(f"| {v} | {step} | {100 * ft_h:.1f} | {100 * ft_d:.1f} | {100 * between:.1f} | {100 * pre:.1f} "
-                     f"| {100 * dev_err:.1f} |")
+                     f"| {dev_err} |")
     held, dev_all, first, second = (key for _, key in kinds[:4])
     lines += ["", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
               f"pooled over the steps from {last // 2:,} on:"]
@@ -639,13 +647,15 @@ def noise_lines(rows, seeds, kinds, others, last):
         steps = [s for s in g["h"] if s >= last // 2]
         halves = [a - b for s in steps for a, b in zip(g["a"][s], g["b"][s])]
         ft_half = math.sqrt(np.mean(np.square(halves)) / 2)  # one half's fine-tuning noise: Var(a - b) = 2 Var
-        dev = float(np.std([d - h for s in steps for d, h in zip(g["d"][s], g["h"][s])], ddof=1))
+        shift = [d - h for s in steps for d, h in zip(g["d"][s], g["h"][s])]
+        dev = float(np.std(shift, ddof=1))
         old = math.sqrt(ft_half ** 2 + dev ** 2)
         spread = math.sqrt(np.mean([np.var(g["h"][s], ddof=1) for s in steps]))
         pre = math.sqrt(max(0.0, spread ** 2 - ft_half ** 2 / 2))  # all seeds: half the variance of a half
         lines.append(f"- {v}: measured with {n // 2} fine-tuning seeds on the 1,000 dev pairs, the gap carries "
                      f"{100 * ft_half:.1f} points of fine-tuning noise and {100 * dev:.1f} of dev-pair sampling "
-                     f"({100 * old:.1f} together); over pre-training seeds, the held-out gap ({n} seeds) spreads "
+                     f"({100 * old:.1f} together; the dev pairs also shift it by {100 * np.mean(shift):+.1f} on "
+                     f"average); over pre-training seeds, the held-out gap ({n} seeds) spreads "
                      f"{100 * spread:.1f} points, {100 * pre:.1f} of them pre-training")
     return lines
 

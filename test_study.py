@@ -95,13 +95,23 @@ def test_noise_lines_separate_fine_tuning_dev_pairs_and_pre_training():
         for step in (2, 4):
             held = [0.7 + shift + d for d in (0.01, -0.01, 0.01, -0.01)]  # halves differ by 0 on average
             rows.append(row("mlm", seed, step, [h + 0.01 for h in held], held))
-            rows.append(row("taco", seed, step, [h + 0.03 for h in held], [h + 0.02 for h in held]))
+            rows.append(row("taco", seed, step, [h + 0.04 for h in held], [h + 0.02 for h in held]))
     lines = "\n".join(study.noise_lines(rows, [0, 1, 2, 3], study.scores(rows), ["taco"], 4))
     # per fine-tuning: held-out spread sd of (+1, -1, +1, -1) points = 1.15
-    assert "| mlm | 4 | 1.2 | 1.2 | 2.6 | 2.5 | 0.0 |" in lines  # seeds' means 0, 2, 4, 6 points: sd 2.58
-    # the gap: taco - mlm final is +2 held-out, +4 dev, the same for every seed and half
-    assert "0.0 points of fine-tuning noise and 0.0 of dev-pair sampling" in lines
+    assert "| mlm | 4 | 1.2 | 1.2 | 2.6 | 2.5 | +1.0 ± 0.0 |" in lines  # seeds' means 0, 2, 4, 6 points: sd 2.58
+    # the gap: taco - mlm final is +2 held-out, +3 dev, the same for every seed and half
+    assert "0.0 points of fine-tuning noise and 0.0 of dev-pair sampling (0.0 together; the dev pairs also " \
+        "shift it by +1.0 on average)" in lines
     assert "spreads 0.0 points, 0.0 of them pre-training" in lines
+
+
+def test_only_the_checkpoints_every_save_every_are_measured(tmp_path):
+    """A run stopped by a signal saved an extra checkpoint where it stopped, then resumed: not a row."""
+    for step in (150, 300, 42):
+        (tmp_path / f"ckpt_{step:08d}.pt").touch()
+        (tmp_path / f"ckpt_{step:08d}.json").touch()
+    assert [s for s, _ in study.checkpoints(str(tmp_path), {"save_every": 150, "steps": 300})] == [150, 300]
+    assert [s for s, _ in study.checkpoints(str(tmp_path), {"save_every": 200, "steps": 300})] == [300]
 
 
 def test_a_measured_seed_is_reused_only_with_the_same_settings(tmp_path, monkeypatch):
