@@ -313,6 +313,7 @@ def measure_checkpoint(run, path, args):
             **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
             "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
             **score_fields("ft", dev), **score_fields("ft_heldout", heldout),
+            "sha256": path and cli.read_json(path[:-3] + ".json")["sha256"],  # what was measured
             "cpu_s": round(time.process_time() - t0, 1)}
 
 
@@ -866,12 +867,15 @@ def elapsed(t0):
 
 
 def finished(out, args, seed):
-    """out/study.json if it holds this seed measured with the same settings, else None."""
+    """out/study.json if it holds this seed measured with the same settings, from the checkpoints
+    that are there now (a run trained again since is measured again), else None."""
     skip = {"seed", "out", "plot", "threads", "jobs", "force"}  # where and how fast, not what
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         saved = cli.read_json(os.path.join(out, "study.json"))
         same = all(saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip)
-        if same and saved["rows"] and {r["seed"] for r in saved["rows"]} == {seed}:
+        if same and saved["rows"] and {r["seed"] for r in saved["rows"]} == {seed} and all(
+                cli.read_json(os.path.join(out, r["variant"], f"ckpt_{r['step']:08d}.json"))["sha256"] == r["sha256"]
+                for r in saved["rows"] if r.get("sha256")):
             return saved
     return None
 

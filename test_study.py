@@ -58,6 +58,10 @@ def test_study_smoke(tmp_path, capsys):
     capsys.readouterr()
     assert study.main(argv) == rows
     assert capsys.readouterr().out.count("reusing the measured study") == 2
+    manifest = out / "seed1" / "taco" / "ckpt_00000004.json"  # as if seed 1's TACO run were trained again
+    manifest.write_text(manifest.read_text().replace(json.loads(manifest.read_text())["sha256"], "0" * 64))
+    assert study.finished(str(out / "seed1"), argparse.Namespace(**saved["settings"]), 1) is None
+    assert study.finished(str(out / "seed0"), argparse.Namespace(**saved["settings"]), 0)
 
 
 # ----------------------------------------------------------------------------- tables
