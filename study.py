@@ -5,7 +5,7 @@ checkpoint, plus the shared random init (step 0), is then measured with analyze.
 score with blocks and with documents as contexts, co-occurring words' embedding cosine, the
 word-similarity Spearman) and fine-tuned on the toy pair task once per fine-tuning seed with
 finetune.py's own loop, each fine-tuned model scored on the task's 1,000 dev pairs and on
-10,000 held-out pairs of its own (toy.toy_pair_eval: the steadier score). Output:
+5,000 held-out pairs of its own (toy.toy_pair_eval: the steadier score). Output:
 OUT/study.json, OUT/table.md, the printed table and one PNG (matplotlib is optional). Several
 pre-training seeds go into OUT/seed<S>; OUT/table.md then gives mean ± std over them, per seed
 the step at which each objective first reaches MLM's final fine-tuned score, and how much of
@@ -17,7 +17,7 @@ did not create (--force does); stopped by a signal, it stops its taco.py runs (e
 checkpoint) and the same command later resumes them and reuses every finished seed.
 
     python study.py                                          # MLM vs TACO, tiny, toy corpus, CPU
-    python study.py --seed 0,1,2,3,4,5,6,7 --out runs/study8 # the same over eight pre-training seeds
+    python study.py --seed 0,1,2,3,4,5,6,7 --mlm_ft_every 300 --out runs/study8   # eight pre-training seeds
     python study.py --variants mlm,taco,taco_masked,mlm_tp,mlm_frozen,taco_frozen --out runs/ablations
     python study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
         --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
@@ -285,9 +285,10 @@ def read_pairs(args):
                               if args.pairs == "toy" else args.pairs)
 
 
-def measure_checkpoint(run, path, args):
+def measure_checkpoint(run, path, args, fine_tune=True):
     """One checkpoint of a run (path None: the run's random init, step 0) -> its row, less
-    "variant" and "seed": held-out MLM (the run's log), analysis, fine-tuning, the CPU seconds."""
+    "variant" and "seed": held-out MLM (the run's log), analysis, fine-tuning (unless not
+    `fine_tune`), the CPU seconds."""
     t0 = time.process_time()
     cfg = cli.read_json(os.path.join(run, "config.json"))
     if path is None:
@@ -302,7 +303,7 @@ def measure_checkpoint(run, path, args):
                      lambda: analyze.heldout_batches(a["data"], tok, a["max_len"], a["eval_blocks"], 32, args.cache_dir))
     res = analyze.analyze(encoder, tok, batches, cached(("pairs",), lambda: read_pairs(args)))
     dev, heldout = [], []
-    if args.ft_seeds:
+    if args.ft_seeds and fine_tune:
         ft = cached(("ft", vocab), lambda: finetune_data(args, vocab, cli.device(args.device)))
         dev, heldout = finetune_scores(encoder.config, {"bert." + k: v for k, v in encoder.state_dict().items()},
                                        args, ft)
@@ -328,20 +329,20 @@ def _worker_init(threads):
 
 
 def _measure(job):
-    key, run, path, args = job
-    return key, measure_checkpoint(run, path, args)
+    key, *work = job
+    return key, measure_checkpoint(*work)
 
 
 def measure_all(jobs, args, done):
-    """Measure every (key, run, checkpoint) in `jobs`, --jobs at a time in worker processes of
+    """Measure every (key, run, checkpoint, fine-tune or not) in `jobs`, --jobs at a time in worker processes of
     --threads each (in this process with --jobs 1); done(key, row) gets each row as it comes."""
     if args.jobs == 1 or len(jobs) <= 1:
-        for key, run, path in jobs:
-            done(key, measure_checkpoint(run, path, args))
+        for key, run, path, fine_tune in jobs:
+            done(key, measure_checkpoint(run, path, args, fine_tune))
         return
     # spawn, not fork: a forked child would inherit PyTorch's thread pool mid-use
     with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs)), _worker_init, (args.threads,)) as pool:
-        for key, row in pool.imap_unordered(_measure, [(*job, args) for job in jobs]):
+        for key, row in pool.imap_unordered(_measure, [(key, run, path, args, ft) for key, run, path, ft in jobs]):
             done(key, row)
         pool.close()
         pool.join()
@@ -377,10 +378,12 @@ def study_seeds(args, names):
             init = json.dumps([cfg["model_config"], seed, cfg["args"]["data"], cfg["args"]["max_len"]])
             if init not in inits:
                 inits[init] = (seed, name, 0)
-                jobs.append(((seed, name, 0), run, None))
+                jobs.append(((seed, name, 0), run, None, True))
             share[seed, name, 0] = inits[init]
-            jobs += [((seed, name, step), run, p) for step, p in checkpoints(run, cfg["args"])]
-    left = {seed: sum(key[0] == seed for key, _, _ in jobs) for seed in todo}
+            every = args.mlm_ft_every if name == "mlm" else 0  # MLM's last is what the others are compared with
+            jobs += [((seed, name, step), run, p, not every or step % every == 0 or step == cfg["args"]["steps"])
+                     for step, p in checkpoints(run, cfg["args"])]
+    left = {seed: sum(job[0][0] == seed for job in jobs) for seed in todo}
 
     def done(key, row):
         seed, name, step = key
@@ -631,7 +634,7 @@ def noise_lines(rows, seeds, kinds, others, last):
              "| objective | step | one fine-tuning vs its checkpoint's mean, held-out | same, dev 1,000 "
              f"| pre-training seeds' means ({n} fine-tunings each, held-out) | of which pre-training "
              "| dev 1,000 minus held-out, one fine-tuned model (mean ± std) |", "|" + "---|" * 7]
-    for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows if r["step"]):
+    for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows if r["step"] and r["ft_heldout_scores"]):
         at = [r for r in rows if r["variant"] == v and r["step"] == step]
         ft_h = math.sqrt(np.mean([np.var(r["ft_heldout_scores"], ddof=1) for r in at]))
         ft_d = math.sqrt(np.mean([np.var(r["ft_scores"], ddof=1) for r in at]))
@@ -797,7 +800,10 @@ def main(argv=None):
                    "--tacl / --retromae)")
     p.add_argument("--ft_heldout", type=int_range(0), default=None, help="held-out pairs of the toy pair task, from "
                    "a random stream of their own, that score each fine-tuned model besides the 1,000 dev pairs "
-                   "(0 = none; default 10000, none for --tacl / --retromae)")
+                   "(0 = none; default 5000, none for --tacl / --retromae)")
+    p.add_argument("--mlm_ft_every", type=int_range(0), default=0, help="fine-tune mlm's checkpoints only every N "
+                   "steps and its last (0 = every one): the others are compared with its last; the rest of the "
+                   "analysis covers every checkpoint")
     p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning learning rate "
                    "(default: finetune.py's recipe for the model size: 5e-4 for tiny / mini)")
     p.add_argument("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
@@ -819,7 +825,7 @@ def main(argv=None):
         if args.ft_seeds is None:
             args.ft_seeds = [1, 2, 3] if miniature else [1, 2, 3, 4, 5, 6]
         if args.ft_heldout is None:
-            args.ft_heldout = 0 if miniature else 10000
+            args.ft_heldout = 0 if miniature else 5000
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         if not names or any(v not in VARIANTS for v in names):
             raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")

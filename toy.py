@@ -255,7 +255,7 @@ def toy_sentence_eval(cache_dir=None, seed=0):
     return _generate_once(final, lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
 
 
-def toy_pair_eval(cache_dir=None, seed=0, n=10000):
+def toy_pair_eval(cache_dir=None, seed=0, n=5000):
     """Directory with dev.tsv: n more pairs of the toy pair task (GLUE dev layout), drawn as the
     corpus's dev split is but from a random stream of their own, so the corpus, its 1,000 dev
     pairs and every number measured on them stay as they are. study.py scores fine-tuned models
