@@ -432,11 +432,11 @@ def tacl_runs(args, seed):
     return {"mlm (init)": first[0], **{name: plan[0] for name, plan in plans.items()}}
 
 
-def measure_final(runs, args, ft, pairs):
+def measure_final(run_dirs, args, ft, pairs):
     """The final checkpoint of each run: held-out MLM, self-similarity per layer, contextual score,
     fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
     rows, panels, batches = [], {}, None
-    for name, run in runs.items():
+    for name, run in run_dirs.items():
         encoder, tok, run_args, _ = analyze.load_encoder(taco.latest_checkpoint(run))
         if batches is None:
             batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
@@ -728,7 +728,7 @@ def retromae_study(args, pairs, device):
     pretrain_all([first], args)
     plans = plan()  # again: what to reuse depends on stage 0's checkpoint
     pretrain_all(list(plans.values()), args)
-    runs = {name: p[0] for name, p in plans.items()}
+    run_dirs = {name: p[0] for name, p in plans.items()}
     tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
     evalset = toy_sentence_eval(args.cache_dir)
     sts = analyze.read_sts(os.path.join(evalset, "sts.tsv"))
@@ -736,7 +736,7 @@ def retromae_study(args, pairs, device):
     batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
     ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
     rows = []
-    for name, run in [("init (MLM stage 0)", stage0)] + list(runs.items()):
+    for name, run in [("init (MLM stage 0)", stage0)] + list(run_dirs.items()):
         encoder, _, _, _ = analyze.load_encoder(taco.latest_checkpoint(run))
         steps = args.steps + (0 if run == stage0 else args.continue_steps)
         ret = analyze.cls_retrieval(encoder, tok, os.path.join(evalset, "retrieval"), "dot")
@@ -898,10 +898,10 @@ def save(out, args, times, rows, table, single=False):
 
 def tacl_study(args, pairs, device, t0):
     """--tacl: TaCL's miniature, for one pre-training seed; OUT/tacl.json, tacl_table.md, tacl_heatmap.png."""
-    runs = tacl_runs(args, args.seed[0])
+    run_dirs = tacl_runs(args, args.seed[0])
     t_train = time.time() - t0
-    ft = finetune_data(args, os.path.join(next(iter(runs.values())), "vocab.txt"), device) if args.ft_seeds else {}
-    rows, tokens, panels = measure_final(runs, args, ft, pairs)
+    ft = finetune_data(args, os.path.join(next(iter(run_dirs.values())), "vocab.txt"), device) if args.ft_seeds else {}
+    rows, tokens, panels = measure_final(run_dirs, args, ft, pairs)
     table = format_tacl_table(rows)
     wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
     cli.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
