@@ -521,20 +521,20 @@ def ms(vals, scale=1.0, f="{:.3f}"):
 
 
 def scores(rows):
-    """The fine-tuned scores the seeds table compares, (label, function of a row): the steady one
-    first (held-out pairs, every fine-tuning seed), then the 1,000 dev pairs with every seed and,
+    """The fine-tuned scores the seeds table compares, {name: (label, function of a row)}: the
+    steady one (held-out pairs, every fine-tuning seed), the 1,000 dev pairs with every seed and,
     to show the fine-tuning noise, with each half of the seeds (the first half is the old protocol
     when --ft_seeds starts 1,2,3)."""
     n = min((len(r["ft_scores"]) for r in rows if r.get("ft_scores")), default=0)
-    out = []
+    out = {}
     if any(r.get("ft_heldout_scores") for r in rows):
-        out.append((f"held-out pairs, {n} fine-tuning seeds", lambda r: r["ft_heldout_mean"]))
+        out["heldout"] = (f"held-out pairs, {n} fine-tuning seeds", lambda r: r["ft_heldout_mean"])
     if n:
-        out.append((f"dev 1,000, {n} seeds", lambda r: r["ft_mean"]))
+        out["dev"] = (f"dev 1,000, {n} seeds", lambda r: r["ft_mean"])
     if n >= 2:
         for half, sl in (("first", slice(0, n // 2)), ("second", slice(n // 2, 2 * (n // 2)))):
-            out.append((f"dev 1,000, {half} {n // 2} seeds",
-                        lambda r, sl=sl: float(np.mean(r["ft_scores"][sl])) if r.get("ft_scores") else None))
+            out[half] = (f"dev 1,000, {half} {n // 2} seeds",
+                         lambda r, sl=sl: float(np.mean(r["ft_scores"][sl])) if r.get("ft_scores") else None)
     return out
 
 
@@ -561,12 +561,13 @@ def format_seeds_table(rows, seeds):
     by_seed = {s: [r for r in rows if r["seed"] == s] for s in seeds}
     last = max(r["step"] for r in rows if r["variant"] == "mlm")
     lines += ["", f"### When each objective first reaches MLM's final fine-tuned score (step {last:,}), per seed", "",
-              "| seed | " + " | ".join(f"MLM final, {label} | " + " | ".join(others) for label, _ in kinds) + " |",
+              "| seed | " + " | ".join(f"MLM final, {label} | " + " | ".join(others) for label, _ in kinds.values())
+              + " |",
               "|" + "---|" * (1 + len(kinds) * (1 + len(others)))]
     hits = {}
     for s in seeds:
         cells = []
-        for label, key in kinds:
+        for label, key in kinds.values():
             goal = value([r for r in by_seed[s] if r["variant"] == "mlm"][-1], key)
             cells.append(fmt(goal and 100 * goal, "{:.1f}"))
             for v in others:
@@ -574,7 +575,7 @@ def format_seeds_table(rows, seeds):
                 cells.append(f"not by {last:,}" if hits[label, v, s] is None else f"{hits[label, v, s]:,}")
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     lines.append("")
-    for label, _ in kinds:
+    for label, _ in kinds.values():
         for v in others:
             steps = [hits[label, v, s] for s in seeds]
             reached = [h for h in steps if h is not None]
@@ -606,7 +607,7 @@ def gaps(rows, seeds, v, key, last):
 def gap_lines(rows, seeds, kinds, others, last):
     """Per step, each objective's score minus MLM's final score, paired by seed: with the steady
     score and with the first half of the fine-tuning seeds on the dev pairs."""
-    kinds = [kinds[0]] + kinds[2:3]
+    kinds = [kinds[k] for k in ("heldout", "first") if k in kinds]
     lines = ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
              "| objective | step | " + " | ".join(f"{label}: mean ± std | seeds ahead" for label, _ in kinds) + " |",
              "|" + "---|" * (2 + 2 * len(kinds))]
@@ -627,7 +628,7 @@ def noise_lines(rows, seeds, kinds, others, last):
     dev pairs), that of the seeds' means, the part of it left for pre-training, and the error of
     one fine-tuned model's 1,000 dev pairs against its held-out score. Then the same for the
     crossing criterion's gap (objective at a step minus MLM's final)."""
-    if not any(r.get("ft_heldout_scores") for r in rows) or len(kinds) < 4 or len(seeds) < 2:
+    if not {"heldout", "dev", "first", "second"} <= set(kinds) or len(seeds) < 2:
         return []
     n = len(rows[0]["ft_scores"])
     lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
@@ -643,7 +644,7 @@ def noise_lines(rows, seeds, kinds, others, last):
         dev_err = ms([d - h for r in at for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], 100, "{:+.1f}")
         lines.append(f"| {v} | {step} | {100 * ft_h:.1f} | {100 * ft_d:.1f} | {100 * between:.1f} | {100 * pre:.1f} "
                      f"| {dev_err} |")
-    held, dev_all, first, second = (key for _, key in kinds[:4])
+    held, dev_all, first, second = (kinds[k][1] for k in ("heldout", "dev", "first", "second"))
     lines += ["", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
               f"pooled over the steps from {last // 2:,} on:"]
     for v in others:
