@@ -157,6 +157,19 @@ def all_ranks_max(flags):
     return flags.tolist()
 
 
+def free_cores():
+    """Cores this process may use, less the machine's current load (1-minute average); at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return max(1, min(cores, round(cores - load)))
+
+
 # ----------------------------------------------------------------------------- per-step seeds
 
 def step_seed(seed, step, rank):

@@ -1,5 +1,4 @@
-"""Tests for analyze.py and study.py: python -m pytest -q test_analyze.py"""
-import argparse
+"""Tests for analyze.py: python -m pytest -q test_analyze.py (study.py: test_study.py)"""
 import json
 import math
 import os
@@ -14,7 +13,6 @@ import numpy as np
 import torch.nn.functional as F
 
 import analyze
-import study
 from data import make_blocks, tokenize_corpus
 from taco import contextual_score, document_segments
 from model import Bert, BertConfig, BertForPreTraining
@@ -529,67 +527,3 @@ def test_json_is_strict_and_kept_when_the_picture_fails(hf_model, tmp_path, monk
     res = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert res["wordsim"]["cooc_pairs"] == 0 and res["wordsim"]["cooc_mean_cosine"] is None
     assert "no pair co-occurs in a held-out document" in stdout
-
-
-# ----------------------------------------------------------------------------- the study driver
-
-def test_study_smoke(tmp_path, capsys):
-    """Two objectives, a few steps, every checkpoint measured; a second call reuses the runs."""
-    argv = ["--out", str(tmp_path / "study"), "--steps", "4", "--save_every", "2", "--max_len", "32",
-            "--batch_size", "4", "--ft_train", "64", "--ft_seeds", "1,2", "--ft_epochs", "1", "--ft_max_len", "32",
-            "--taco_args", "--eval_blocks 8 --negatives 8", "--plot", str(tmp_path / "p.png")]
-    rows = study.main(argv)
-    assert [(r["variant"], r["step"]) for r in rows] == [(v, s) for v in ("mlm", "taco") for s in (0, 2, 4)]
-    step0 = [r for r in rows if r["step"] == 0]
-    assert step0[0]["ctx_score"] == step0[1]["ctx_score"]  # one shared init
-    assert all(len(r["ft_scores"]) == 2 and 0 <= r["ft_mean"] <= 1 for r in rows)
-    assert all(r["eval_mlm_loss"] is not None for r in rows if r["step"])
-    saved = json.loads((tmp_path / "study" / "study.json").read_text())
-    assert len(saved["rows"]) == 6 and "| taco | 4 |" in (tmp_path / "study" / "table.md").read_text()
-    study.main(argv + ["--ft_seeds", ""])
-    assert capsys.readouterr().out.count("reusing the finished run") == 2
-
-
-def test_seeds_table_means_and_step_ratios():
-    """Mean ± std over pre-training seeds, and per seed the first step that reaches MLM's final
-    fine-tuned score: seed 0 at step 2 of 4 (0.50), seed 1 at step 4 (1.00), mean 0.75."""
-    def row(v, seed, step, ft, ctx):
-        return {"variant": v, "seed": seed, "step": step, "ft_mean": ft, "eval_mlm_loss": None, "ctx_score": ctx,
-                "ctx_doc_score": ctx, "wordsim_cooc": 0.5, "wordsim_spearman": float("nan")}
-    rows = [row("mlm", 0, 2, 0.6, 0.1), row("mlm", 0, 4, 0.7, 0.2), row("taco", 0, 2, 0.7, 0.3), row("taco", 0, 4, 0.8, 0.4),
-            row("mlm", 1, 2, 0.6, 0.3), row("mlm", 1, 4, 0.8, 0.4), row("taco", 1, 2, 0.7, 0.5), row("taco", 1, 4, 0.8, 0.6)]
-    table = study.format_seeds_table(rows, [0, 1])
-    assert "| mlm | 4 | – | 0.300 ± 0.141 | 0.300 ± 0.141 | 0.500 ± 0.000 | – | 75.0 ± 7.1 |" in table
-    assert "- taco: seed 0: step 2 (0.50; MLM final 70.0), seed 1: step 4 (1.00; MLM final 80.0); mean ratio 0.75" in table
-    assert "- mlm: seed 0: step 4 (1.00" in table
-    rows[-1]["ft_mean"] = 0.75  # seed 1's TACO never reaches 0.8
-    assert "- taco: seed 0: step 2 (0.50; MLM final 70.0), seed 1: not reached; not reached with every seed" in \
-        study.format_seeds_table(rows, [0, 1])
-
-
-def test_a_measured_seed_is_reused_only_with_the_same_settings(tmp_path, monkeypatch):
-    """`study.py --seed 1 --out OUT/seed1` then `--seed 0,1 --out OUT`: seed 1's rows are reused
-    when nothing but where-and-how-fast differs."""
-    args = lambda **kw: argparse.Namespace(**{"seed": [1], "out": str(tmp_path), "steps": 1200, "threads": 0, **kw})
-    monkeypatch.setattr(study, "plot", lambda rows, path: None)
-    study.save(str(tmp_path), args(plot=str(tmp_path / "p.png")), {1: {"total_s": 5}}, [{"seed": 1, "step": 0}], "table")
-    assert study.finished(str(tmp_path), args(seed=[0, 1], out="elsewhere", threads=1, plot=None), 1)["rows"] == [
-        {"seed": 1, "step": 0}]
-    assert study.finished(str(tmp_path), args(seed=[0, 1], plot=None, steps=600), 1) is None  # another budget
-    assert study.finished(str(tmp_path), args(seed=[0, 1], plot=None), 0) is None  # another seed
-
-
-@pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"]])
-def test_study_bad_input_exits_2_before_training(argv, tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        study.main(["--out", str(tmp_path / "s"), "--steps", "2", "--save_every", "1", *argv])
-    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: ")
-    assert not (tmp_path / "s" / "mlm").exists()
-
-
-def test_plot_without_matplotlib_is_a_note(monkeypatch, tmp_path, capsys):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    row = {"variant": "mlm", "step": 0, "ctx_score": 0.0, "wordsim_spearman": 0.0, "eval_mlm_loss": None,
-           "ft_mean": None, "ft_std": 0.0}
-    study.plot([row], str(tmp_path / "p.png"))
-    assert "pip install matplotlib" in capsys.readouterr().out and not (tmp_path / "p.png").exists()

@@ -58,7 +58,7 @@ def cpu_seconds():
 
 def machine(jobs):
     import torch
-    from exercises.miniature import free_cores
+    from runs import free_cores
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -33,6 +33,7 @@ import torch  # noqa: E402
 
 import cli  # noqa: E402
 import checkpoints  # noqa: E402
+import runs  # noqa: E402
 import finetune  # noqa: E402
 import taco  # noqa: E402
 from data import load_tokenizer  # noqa: E402
@@ -108,49 +109,36 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
     return out, result
 
 
-def free_cores():
-    """Cores this process may use, less the machine's current load (1-minute average); at least 1."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    return max(1, min(cores, round(cores - load)))
-
-
 def _one_thread():  # each worker process of pretrain_all, at its start
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
 
 
-def pretrain_all(root, runs, steps=None, jobs=0, log=print):
-    """Pre-train every (flags, seed) of `runs` into root, reusing finished ones; the others side by
-    side in `jobs` processes of one thread each (0: as many as free_cores()). -> [(run dir, result)]
-    in the order of `runs`. Every run checks its flags first: a mistake stops all before any work."""
-    for flags, seed in runs:
+def pretrain_all(root, specs, steps=None, jobs=0, log=print):
+    """Pre-train every (flags, seed) of `specs` into root, reusing finished ones; the others side by
+    side in `jobs` processes of one thread each (0: as many as runs.free_cores()). -> [(run dir, result)]
+    in the order of `specs`. Every run checks its flags first: a mistake stops all before any work."""
+    for flags, seed in specs:
         taco.check_args(taco.get_args(_settings(root, flags, seed, steps)[1]), 1)
-    results = {i: finished(root, flags, seed, steps) for i, (flags, seed) in enumerate(runs)}
+    results = {i: finished(root, flags, seed, steps) for i, (flags, seed) in enumerate(specs)}
     todo = [i for i, (_, r) in results.items() if r is None]
-    jobs = min(jobs or free_cores(), len(todo)) if todo else 0
+    jobs = min(jobs or runs.free_cores(), len(todo)) if todo else 0
     if todo:
-        log(f"pre-training {len(todo)} miniature run(s) of {len(runs)} ({len(runs) - len(todo)} reused), "
+        log(f"pre-training {len(todo)} miniature run(s) of {len(specs)} ({len(specs) - len(todo)} reused), "
             f"{jobs} side by side, 1 thread each ...")
     if jobs == 1:  # no pool: the same run in this process
         for i in todo:
-            results[i] = pretrain(root, *runs[i], steps)
+            results[i] = pretrain(root, *specs[i], steps)
             log(f"  {os.path.basename(results[i][0])}: {results[i][1]['wall_s']:.0f} s")
     elif jobs > 1:
         spawn = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: safe with torch's threads
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_one_thread) as pool:
-            futures = {pool.submit(pretrain, root, *runs[i], steps): i for i in todo}
+            futures = {pool.submit(pretrain, root, *specs[i], steps): i for i in todo}
             for future in concurrent.futures.as_completed(futures):
                 i = futures[future]
                 results[i] = future.result()
                 log(f"  {os.path.basename(results[i][0])}: {results[i][1]['wall_s']:.0f} s")
-    return [results[i] for i in range(len(runs))]
+    return [results[i] for i in range(len(specs))]
 
 
 def finetune_score(run, seed=1, train_pairs=1000, epochs=2, max_len=64, dev_pairs=None):
