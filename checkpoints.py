@@ -331,3 +331,18 @@ def load_init(spec, flag="--init"):
         raise
     except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
         raise UsageError(f"cannot load {flag} {spec}: {cli.reason(err)}") from err
+
+
+def load_weights(model, state, spec, flag="--init"):
+    """--init's weights into `model`. Tied embeddings share the input matrix (an untied init's
+    decoder is dropped); RetroMAE's decoder continues if the init has one, else stays fresh
+    (seeded), and is dropped for other objectives. Anything else that does not fit: one line."""
+    if model.config.tie_word_embeddings:
+        state = {**state, "mlm.decoder.weight": state["bert.embeddings.word.weight"]}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # tensors of other shapes than the init's own config says
+        raise UsageError(f"{flag} {spec} does not fit the model: {cli.reason(err)}") from err
+    stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
+    if stray:
+        raise UsageError(f"{flag} {spec} does not fit the model: {', '.join(stray[:4])}")

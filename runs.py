@@ -170,6 +170,18 @@ def free_cores():
     return max(1, min(cores, round(cores - load)))
 
 
+def gather_pool(keys, real, group):
+    """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T)
+    of every rank's micro-batch, in rank order, and the rows of this rank's sequences among them.
+    all_gather carries no gradient: no gradient crosses ranks."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    parts = [[torch.empty_like(t) for _ in range(world)] for t in (keys, real.to(torch.uint8))]
+    dist.all_gather(parts[0], keys.contiguous(), group=group)
+    dist.all_gather(parts[1], real.to(torch.uint8).contiguous(), group=group)
+    B = real.shape[0]
+    return torch.cat(parts[0]), torch.cat(parts[1]).bool(), slice(rank * B, (rank + 1) * B)
+
+
 # ----------------------------------------------------------------------------- per-step seeds
 
 def step_seed(seed, step, rank):

@@ -60,7 +60,7 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
         # moves towards / away from, not representations to be moved themselves.
         keys, pool, mine = z.detach(), real, slice(0, B)  # (M, H), (B', T): what negatives come from
         if group is not None:  # --negatives_from global: every rank's micro-batch
-            keys, pool, mine = gather_pool(keys, real, group)
+            keys, pool, mine = runs.gather_pool(keys, real, group)
         if pool.shape[0] < 2:
             raise UsageError("the TC loss needs >= 2 sequences per device batch for negatives; "
                              "raise --device_batch_size")
@@ -116,18 +116,6 @@ def other_token(real, generator=None):
     k = k + (k >= real.long().cumsum(1) - 1).long()  # counted with the token itself skipped
     real_first = torch.argsort((~real).long(), dim=1, stable=True)  # positions of real tokens, in order
     return real_first.gather(1, k.clamp(max=T - 1))
-
-
-def gather_pool(keys, real, group):
-    """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T)
-    of every rank's micro-batch, in rank order, and the rows of this rank's sequences among them.
-    all_gather carries no gradient: no gradient crosses ranks."""
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
-    parts = [[torch.empty_like(t) for _ in range(world)] for t in (keys, real.to(torch.uint8))]
-    dist.all_gather(parts[0], keys.contiguous(), group=group)
-    dist.all_gather(parts[1], real.to(torch.uint8).contiguous(), group=group)
-    B = real.shape[0]
-    return torch.cat(parts[0]), torch.cat(parts[1]).bool(), slice(rank * B, (rank + 1) * B)
 
 
 # ----------------------------------------------------------------------------- the TaCL loss
@@ -405,6 +393,8 @@ def choose_recipe(args):
     """-> (RECIPES key, why): --size's, or with --init one that fits the init (docs/model.md)."""
     if not args.init:
         return args.size or "tiny", "--size"
+    if args.size and args.data:  # nothing to read from the init (which may not exist yet: study.py)
+        return args.size, "--size as given"
     source, run = checkpoints.trained_with(args.init)
     if args.data is None and not is_toy_vocab(checkpoints.vocab_beside(source), args.cache_dir):  # no toy corpus for it
         raise UsageError(f"--init {args.init} has its own vocabulary: pass --data, the text to continue it on")
@@ -582,16 +572,7 @@ def make_model(args, cfg, init_state=None):
     """BertForPreTraining (RetroMAE's adds the decoder), fresh or with --init's weights."""
     model = (RetroMAEForPreTraining if args.objective == "retromae" else BertForPreTraining)(cfg)
     if init_state is not None:
-        if cfg.tie_word_embeddings:  # one shared matrix: the input embeddings (an untied init's decoder is dropped)
-            init_state = {**init_state, "mlm.decoder.weight": init_state["bert.embeddings.word.weight"]}
-        # RetroMAE's decoder continues if the init has one and is fresh (seeded) if not; dropped for other objectives
-        try:
-            missing, unexpected = model.load_state_dict(init_state, strict=False)
-        except RuntimeError as err:  # tensors of other shapes than the init's own config says
-            raise UsageError(f"--init {args.init} does not fit the model: {cli.reason(err)}") from err
-        stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
-        if stray:
-            raise UsageError(f"--init {args.init} does not fit the model: {', '.join(stray[:4])}")
+        checkpoints.load_weights(model, init_state, args.init)
     if args.freeze_embeddings:
         # Fig. 4: the whole embedding layer, so that e = LayerNorm(word + position + type) is a fixed
         # function of the token and its position; with tied weights the MLM decoder matrix is frozen too.
@@ -619,9 +600,8 @@ def train(args, cleanup):
     torch.manual_seed(args.seed)  # the same init on every rank
     raw = make_model(args, cfg, init.state if init and not run.resuming else None).to(run.device)
     teacher = make_teacher(cfg, init.state, args.teacher_dropout == "on", run.device) if args.objective == "tacl" else None
-    for module in (raw, teacher) if not args.plain else ():
-        if module is not None:
-            speed_up(module)  # fast.py's CPU dropout and attention: the same computation, faster
+    for module in filter(None, (raw, teacher) if not args.plain else ()):
+        speed_up(module)  # fast.py's CPU dropout and attention: the same computation, faster
     optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
     autocast, scaler = run.precision()
     start = run.restore(raw, optimizer, scaler)  # when resuming: the checkpoint's weights, optimizer, step

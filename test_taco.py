@@ -190,7 +190,7 @@ def global_negatives_worker(rank, port, out):
         loss.backward()
         result[orthogonal] = (loss.detach(), h.grad)
     z = F.normalize(h.detach() - e[mine], dim=-1).reshape(-1, GLOBAL["H"])
-    keys, pool, rows = taco.gather_pool(z, torch.ones(GLOBAL["B"], GLOBAL["T"], dtype=torch.bool), dist.group.WORLD)
+    keys, pool, rows = runs.gather_pool(z, torch.ones(GLOBAL["B"], GLOBAL["T"], dtype=torch.bool), dist.group.WORLD)
     torch.save({"result": result, "keys": keys, "pool": pool, "rows": (rows.start, rows.stop)},
                os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()
