@@ -44,6 +44,16 @@ def atomic_write(path, write, size=None):
         os.close(dir_fd)
 
 
+def remove_leftovers(folder):
+    """Delete the temp files of a writer killed mid-write (kill -9, a second signal): called by
+    the holder of the folder's lock, the only one that writes there."""
+    for name in os.listdir(folder):
+        stem, _, pid = name.rpartition(".tmp")
+        if stem and pid.isdigit():
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, name))
+
+
 def write_bytes(path, data):
     atomic_write(path, lambda f: f.write(data), len(data))
 

@@ -244,6 +244,7 @@ class Run:
         args = self.args
         if self.master:
             self.cleanup.enter_context(RunLock(args.out))
+            checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
         self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
         self.resume_from = checkpoints.latest_checkpoint(args.out) if args.resume or self.restarted else None
         # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)

@@ -229,3 +229,14 @@ def test_checkpoints_that_taco_did_not_write(tmp_path, capsys, quick, run_taco):
     torch.save({**good, "depends": "not a record"}, ckpt)  # nothing usable recorded: nothing to compare
     checkpoints.write_json(ckpt[:-3] + ".json", {"step": 4, "bytes": os.path.getsize(ckpt), "sha256": checkpoints.sha256(ckpt)})
     assert run_taco(quick + ["--steps", "4", "--out", run, "--resume"]) == 0
+
+
+def test_a_killed_writers_temp_files_go_when_the_run_is_taken_again(tmp_path, quick, run_taco):
+    """kill -9 or a second signal while a checkpoint is written leaves ckpt_*.pt.tmp<pid>: the next
+    process that takes the folder's lock removes it (and nothing else)."""
+    run = tmp_path / "run"
+    assert run_taco(quick + ["--steps", "8", "--out", str(run)]) == 0
+    (run / "ckpt_00000012.pt.tmp4242").write_bytes(b"half a checkpoint")
+    (run / "notes.tmp.txt").write_text("mine")
+    assert run_taco(quick + ["--steps", "8", "--out", str(run), "--resume"]) == 0  # already at step 8
+    assert not list(run.glob("*.tmp[0-9]*")) and (run / "notes.tmp.txt").exists()
