@@ -335,7 +335,7 @@ class Batches:
             self.epoch = epoch
         mine = self.order[i * self.batch_size:(i + 1) * self.batch_size][self.rank * self.per_rank:
                                                                          (self.rank + 1) * self.per_rank]
-        rows = [np.sort(mine[i:i + self.micro].numpy()) for i in range(0, self.per_rank, self.micro)]  # file order
+        rows = [np.sort(mine[j:j + self.micro].numpy()) for j in range(0, self.per_rank, self.micro)]  # file order
         return [torch.from_numpy(self.blocks[r].astype(np.int64)) for r in rows]
 
 

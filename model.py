@@ -121,7 +121,7 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.attn_dropout = cfg.attention_probs_dropout_prob
-        self.attend = F.scaled_dot_product_attention  # softmax(q k^T / sqrt(hs)) v; fast.install swaps in a CPU one
+        self.attend = F.scaled_dot_product_attention  # softmax(q k^T / sqrt(hs)) v; fast.speed_up swaps in a CPU one
 
     def forward(self, x, mask=None, context=None):
         B, T, H = x.shape

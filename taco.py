@@ -44,7 +44,7 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
     attention_mask: (B, T), 1 = real token (None: all real, as in packed pre-training blocks);
     positions: optional (B, T) bool restricting the anchors (e.g. masked tokens only);
     fast: the cosines by fast.SampledCosines instead of normalize + einsum: the same numbers, at
-    linear cost (the training loop's default; --plain_tc turns it off);
+    linear cost (the training loop's default; --plain_tc or --plain turn it off);
     group: a torch.distributed group whose ranks pool their micro-batches for negatives (every
     rank must pass a generator in the same state); None: negatives from this micro-batch.
     """
@@ -291,7 +291,7 @@ def configure_optimizer(model, lr, weight_decay):
 
 
 def get_lr(step, lr, warmup, steps):
-    """Linear warm-up from 0 to lr over `warmup` steps, then linear decay to 0 at `steps`."""
+    """Linear warm-up to lr over `warmup` steps (step 0 gets lr / warmup), then linear decay to 0 at `steps`."""
     if step < warmup:
         return lr * (step + 1) / warmup
     return lr * max(0.0, (steps - step) / max(1, steps - warmup))
@@ -405,7 +405,8 @@ def choose_recipe(args):
 
 def check_args(args, world_size, warn=print):
     """Catch mistakes that involve several flags (each flag's own range is checked by argparse)
-    before anything is written, and warn of doubtful ones; returns the accumulation steps."""
+    before anything is written, and warn of doubtful ones. Sets args.device_batch_size to the
+    micro-batch that Batches reads; returns the micro-batches per step."""
     check_tacl_args(args)
     if args.warmup > args.steps:
         raise UsageError(f"--warmup must be between 0 and --steps ({args.steps})")
@@ -588,7 +589,7 @@ def train(args, cleanup):
     the output folder, resume, checkpoints, logs, signals. `cleanup` (an ExitStack) releases on
     any exit what the run holds."""
     run = runs.Run(args, cleanup)  # torchrun's ranks (or one process), CPU threads
-    check_args(args, run.world, run.warn)  # mistakes across flags, before anything is written
+    check_args(args, run.world, run.warn)  # mistakes across flags, before anything is written; the micro-batch
     run.open()  # --out and its lock; the checkpoint to resume from
     init = checkpoints.load_init(args.init) if args.init else None  # the weights to continue from
     tok = run.tokenizer()  # --vocab's; if it is missing, one message names all that is missing
