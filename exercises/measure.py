@@ -221,9 +221,9 @@ CLAIMS = [  # (what a page says in words, a test on the results of every seed)
      lambda e5, e6, e7, s: e7[s]["taco_frozen"]["ctx"] > 0.05 and abs(e7[s]["mlm_frozen"]["ctx"]) <= 0.03),
     ("frozen word similarity is the same for mlm_frozen and taco_frozen (the embeddings do not move)",
      lambda e5, e6, e7, s: abs(e7[s]["mlm_frozen"]["wordsim"] - e7[s]["taco_frozen"]["wordsim"]) < 1e-9),
-    ("untying moves the contextual score by less than 0.03 (MLM) and 0.05 (TACO)",
+    ("untying leaves MLM's contextual score within 0.03 of its tied value and does not lower TACO's",
      lambda e5, e6, e7, s: abs(e7[s]["mlm_untied"]["ctx"] - e7[s]["mlm"]["ctx"]) < 0.03
-     and abs(e7[s]["taco_untied"]["ctx"] - e7[s]["taco"]["ctx"]) < 0.05),
+     and e7[s]["taco_untied"]["ctx"] >= e7[s]["taco"]["ctx"]),
 ]
 
 
