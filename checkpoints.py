@@ -54,6 +54,14 @@ def remove_leftovers(folder):
                 os.remove(os.path.join(folder, name))
 
 
+def copy_vocab(src, out):
+    """OUT/vocab.txt, written atomically; nothing to do when --vocab is that file already."""
+    dst = os.path.join(out, "vocab.txt")
+    if not (os.path.exists(dst) and os.path.samefile(src, dst)):
+        with open(src, "rb") as f:
+            write_bytes(dst, f.read())
+
+
 def write_bytes(path, data):
     atomic_write(path, lambda f: f.write(data), len(data))
 

@@ -208,6 +208,19 @@ def set_threads(threads=None):
     return torch.get_num_threads(), "$OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS") else "PyTorch's default"
 
 
+def free_cores():
+    """Cores this process may use, less the machine's current load (1-minute average); at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    return max(1, min(cores, round(cores - load)))
+
+
 def default_cache_dir():
     """Where taco keeps what it generates and caches (toy corpus, token arrays): $TACO_CACHE."""
     path = Path(os.environ.get("TACO_CACHE") or Path.home() / ".cache" / "taco")

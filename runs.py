@@ -157,19 +157,6 @@ def all_ranks_max(flags):
     return flags.tolist()
 
 
-def free_cores():
-    """Cores this process may use, less the machine's current load (1-minute average); at least 1."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    return max(1, min(cores, round(cores - load)))
-
-
 def gather_pool(keys, real, group):
     """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T)
     of every rank's micro-batch, in rank order, and the rows of this rank's sequences among them.
@@ -373,7 +360,7 @@ class Run:
             "dtype": self.dtype, "train_blocks": len(train_blocks), "eval_blocks": len(eval_blocks),
             "parameters": params, "depends": self.depends, "init": init and {
                 "source": init.source, "sha256": checkpoints.sha256(init.source) if os.path.isfile(init.source) else None}})
-        copy_vocab(tok.vocab_file, args.out)
+        checkpoints.copy_vocab(tok.vocab_file, args.out)
         if self.resuming:  # drop lines logged after the checkpoint (and a line torn by a kill)
             checkpoints.write_jsonl(self.metrics, [r for r in logged if r.get("step", 0) <= start])
         threads, why = self.threads
@@ -551,14 +538,6 @@ def count(n):
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(n)
-
-
-def copy_vocab(src, out):
-    """OUT/vocab.txt, written atomically; nothing to do when --vocab is that file already."""
-    dst = os.path.join(out, "vocab.txt")
-    if not (os.path.exists(dst) and os.path.samefile(src, dst)):
-        with open(src, "rb") as f:
-            checkpoints.write_bytes(dst, f.read())
 
 
 def check_same_inputs(recorded, now, args, warn):

@@ -852,7 +852,7 @@ def main(argv=None):
         if args.plot:
             cli.output_path(args.plot, "--plot", folder=False)
         if not args.jobs:
-            args.jobs = 1 if device.type == "cuda" or args.launcher else runs.free_cores()
+            args.jobs = 1 if device.type == "cuda" or args.launcher else cli.free_cores()
         args.threads = args.threads or (1 if args.jobs > 1 else 0)
         if args.threads:
             torch.set_num_threads(args.threads)

@@ -58,7 +58,7 @@ def cpu_seconds():
 
 def machine(jobs):
     import torch
-    from runs import free_cores
+    from cli import free_cores
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:

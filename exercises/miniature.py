@@ -33,7 +33,6 @@ import torch  # noqa: E402
 
 import cli  # noqa: E402
 import checkpoints  # noqa: E402
-import runs  # noqa: E402
 import finetune  # noqa: E402
 import taco  # noqa: E402
 from data import load_tokenizer  # noqa: E402
@@ -116,13 +115,13 @@ def _one_thread():  # each worker process of pretrain_all, at its start
 
 def pretrain_all(root, specs, steps=None, jobs=0, log=print):
     """Pre-train every (flags, seed) of `specs` into root, reusing finished ones; the others side by
-    side in `jobs` processes of one thread each (0: as many as runs.free_cores()). -> [(run dir, result)]
+    side in `jobs` processes of one thread each (0: as many as cli.free_cores()). -> [(run dir, result)]
     in the order of `specs`. Every run checks its flags first: a mistake stops all before any work."""
     for flags, seed in specs:
         taco.check_args(taco.get_args(_settings(root, flags, seed, steps)[1]), 1)
     results = {i: finished(root, flags, seed, steps) for i, (flags, seed) in enumerate(specs)}
     todo = [i for i, (_, r) in results.items() if r is None]
-    jobs = min(jobs or runs.free_cores(), len(todo)) if todo else 0
+    jobs = min(jobs or cli.free_cores(), len(todo)) if todo else 0
     if todo:
         log(f"pre-training {len(todo)} miniature run(s) of {len(specs)} ({len(specs) - len(todo)} reused), "
             f"{jobs} side by side, 1 thread each ...")
