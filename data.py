@@ -1,40 +1,175 @@
-"""Data for taco: corpus sources (hub datasets, local text files, the built-in toy corpus),
-tokenise-once-and-cache into one flat token array (token_cache.py builds and verifies it),
-packing into fixed-length blocks, the batches of each step, and dynamic MLM masking (BERT's
-80/10/10; whole-word masking and RetroMAE's decoder views).
+"""The data loader of TACO: BERT's WordPiece tokenizer, packed blocks, each step's batches, and
+dynamic MLM masking (BERT's 80/10/10; whole-word masking and RetroMAE's decoder views).
 
-    python data.py --data toy --vocab toy                 # build and cache the toy corpus
+    tok = load_tokenizer("toy")           # or a vocab.txt, a folder with one, or a hub id
+    tok.encode("Hello, world!")           # ids, without [CLS] / [SEP]
+    blocks = make_blocks(tokens, 128, tok.cls_id, tok.sep_id)
+    inputs, labels = mask_tokens(blocks[0:8], tok)
 
-The tokenizer is tokenizer.py's WordPieceTokenizer; the toy corpus is toy.py's.
+Where the tokens come from (hub datasets, local files, the toy corpus) and the token cache that
+holds them once tokenised are the engineering's: engine/corpus.py and engine/token_cache.py.
 """
-import hashlib
-import json
 import os
 import re
-import sys
+import unicodedata
 from pathlib import Path
-from typing import NamedTuple
 
-import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 
-import token_cache
-from cli import DataError, default_cache_dir, int_range
-from tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
-from toy import toy_corpus
+from engine.cli import DataError, regular_file
+from engine.toy import toy_corpus
 
-# name -> (hub dataset id, config, split, text column, rows joined into one document).
-# All are data-only repos (Parquet or Arrow files) that load with datasets >= 3, unlike the
-# old script-based "bookcorpus" and "wikitext". SamuelYang/bookcorpus is an Arrow dump of
-# the original 74M rows: one sentence per row and no book boundaries, so runs of 100 rows
-# are joined into one pseudo-document rather than putting a [SEP] after every sentence.
-SOURCES = {
-    "wikipedia": ("wikimedia/wikipedia", "20231101.en", "train", "text", 1),
-    "bookcorpus": ("SamuelYang/bookcorpus", None, "train", "text", 100),
-    "wikitext103": ("Salesforce/wikitext", "wikitext-103-raw-v1", "train", "text", 1),
-    "toy": None,  # built offline by toy.toy_corpus()
-}
+
+# ----------------------------------------------------------------------------- the WordPiece tokenizer
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+# Python's str.split() also splits on these, but BERT deletes them as control characters
+# (so "a\x1cb" is one word); remove them before splitting into whitespace chunks.
+_SPLIT_BUT_CONTROL = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+_ASCII_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_ASCII_PIECES = re.compile("[0-9A-Za-z]+|.")  # every other printable ASCII char is punctuation
+_ASCII_PUNCT = frozenset(chr(c) for c in range(33, 127) if not chr(c).isalnum())  # also not P*
+
+
+def _is_cjk(cp):  # BERT's "Chinese character": CJK Unified/Compatibility Ideographs
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+class WordPieceTokenizer:
+    """BERT's tokenizer: basic tokenization, then greedy longest-match-first WordPiece.
+
+    Ids equal Hugging Face's BertTokenizer, including special tokens typed in the text
+    ("[MASK]" stays one token). Its two versions disagree in corners; we follow the Rust one
+    (transformers' default) on a word-final capital sigma (σ, where Python's str.lower()
+    gives ς) and the pure-Python one on code points that Rust's older Unicode tables lack
+    (unassigned or recent characters, which Rust keeps as [UNK] and Python drops or splits).
+    Speed comes from caching the ids of each whitespace-separated chunk of raw text: text
+    repeats its chunks, so the slow Unicode path runs about once per distinct chunk.
+    """
+
+    max_word_chars = 100  # longer words become [UNK], as in BERT
+    max_cache = 1 << 20  # chunks cached before the cache is cleared (bounds memory)
+
+    def __init__(self, vocab_file, do_lower_case=True):
+        path = Path(vocab_file)
+        if not os.path.lexists(path):
+            raise DataError(f"vocab file {path} not found: pass a vocab.txt (one token per line)")
+        regular_file(path, "vocab file")
+        try:  # utf-8-sig: a byte-order mark left by an editor is not part of the first token
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError:
+            raise DataError(f"vocab file {path} is not UTF-8: pass a BERT-style vocab.txt") from None
+        tokens = text.replace("\r\n", "\n").split("\n")  # Windows line ends too
+        if tokens[-1] == "":
+            tokens.pop()
+        if not tokens:
+            raise DataError(f"vocab file {path} is empty: pass a BERT-style vocab.txt")
+        missing = [t for t in SPECIAL_TOKENS if t not in tokens]
+        if missing:
+            raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
+        self.vocab_file = str(path)
+        self.do_lower_case = do_lower_case
+        self.vocab = {t: i for i, t in enumerate(tokens)}
+        self.ids_to_tokens = tokens
+        self.vocab_size = len(tokens)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            self.vocab[t] for t in SPECIAL_TOKENS)
+        self.special_ids = sorted({self.vocab[t] for t in SPECIAL_TOKENS})
+        self.is_continuation = torch.tensor([t.startswith("##") for t in tokens])  # per id: a "##" piece
+        self._special_re = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
+        # The longest word-initial and "##" pieces bound WordPiece's longest-match search.
+        self._max_first = max(len(t) for t in tokens if not t.startswith("##"))
+        self._max_next = max((len(t) - 2 for t in tokens if t.startswith("##")), default=0)
+        self._cache = {}
+
+    def __len__(self):
+        return self.vocab_size
+
+    def encode(self, text):
+        """Text -> ids, without [CLS]/[SEP] around it."""
+        if "[" in text:  # special tokens are matched on the raw text, before any cleaning
+            parts = self._special_re.split(text)
+            if len(parts) > 1:
+                ids = []
+                for i, part in enumerate(parts):
+                    ids += [self.vocab[part]] if i % 2 else self._encode_plain(part)
+                return ids
+        return self._encode_plain(text)
+
+    def tokenize(self, text):
+        return [self.ids_to_tokens[i] for i in self.encode(text)]
+
+    def decode(self, ids):
+        """Ids -> text: "##" pieces are glued to the previous piece and [PAD] is skipped.
+        Other special tokens are kept and no space clean-up is done (" ," stays " ,")."""
+        tokens = [self.ids_to_tokens[int(i)] for i in ids if int(i) != self.pad_id]
+        return " ".join(tokens).replace(" ##", "")
+
+    def _encode_plain(self, text):
+        if _SPLIT_BUT_CONTROL.search(text):
+            text = _SPLIT_BUT_CONTROL.sub("", text)
+        cache, ids = self._cache, []
+        for chunk in text.split():
+            piece = cache.get(chunk)
+            if piece is None:
+                piece = [i for word in self._basic_tokenize(chunk) for i in self._wordpiece(word)]
+                if len(cache) >= self.max_cache:
+                    cache.clear()
+                cache[chunk] = piece
+            ids += piece
+        return ids
+
+    def _basic_tokenize(self, chunk):
+        """One whitespace-free chunk -> words: drop control characters, space out CJK
+        ideographs, strip accents (NFD, drop Mn) and lowercase, split off punctuation."""
+        if chunk.isascii():  # fast path: no accents, CJK or Unicode punctuation possible
+            if _ASCII_CONTROL.search(chunk):
+                chunk = _ASCII_CONTROL.sub("", chunk)
+            if self.do_lower_case:
+                chunk = chunk.lower()
+            return [chunk] if chunk.isalnum() else _ASCII_PIECES.findall(chunk)
+        category, lower = unicodedata.category, self.do_lower_case
+        text = "".join(c for c in chunk if c != "\ufffd" and category(c)[0] != "C")  # \0 is Cc
+        if lower:
+            text = unicodedata.normalize("NFD", text)
+        out = []
+        for c in text:
+            cat = category(c)
+            if lower and cat == "Mn":
+                continue
+            if cat[0] == "P" or c in _ASCII_PUNCT or cat == "Lo" and _is_cjk(ord(c)):
+                out += (" ", c, " ")
+            else:
+                out.append(c)
+        text = "".join(out)
+        # Per-character lowercasing, like BERT's fast tokenizer (Rust char::to_lowercase):
+        # str.lower() alone would turn a word-final "Σ" into "ς" instead of "σ".
+        return (text.replace("Σ", "σ").lower() if lower else text).split()
+
+    def _wordpiece(self, word):
+        """Greedy longest-match-first split into vocab pieces; [UNK] if any part fails."""
+        if len(word) > self.max_word_chars:
+            return [self.unk_id]
+        vocab = self.vocab
+        i = vocab.get(word)
+        if i is not None:
+            return [i]
+        ids, start = [], 0
+        while start < len(word):
+            longest = self._max_first if start == 0 else self._max_next
+            for end in range(min(len(word), start + longest), start, -1):
+                i = vocab.get(word[start:end] if start == 0 else "##" + word[start:end])
+                if i is not None:
+                    break
+            else:
+                return [self.unk_id]
+            ids.append(i)
+            start = end
+        return ids
 
 
 # ----------------------------------------------------------------------------- the tokenizer of a run
@@ -62,205 +197,7 @@ def load_tokenizer(spec, cache_dir=None):
     return WordPieceTokenizer(path, do_lower_case=lower)
 
 
-# ----------------------------------------------------------------------------- corpora
-
-_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
-
-
-def read_documents(path):
-    """Documents of a local text file: blank-line-separated paragraph groups, or one per
-    line if the file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the
-    tokenizer drops) with one warning per file; NUL bytes mean binary and are refused."""
-    raw = Path(cli.regular_file(path, "data file")).read_bytes()
-    if b"\x00" in raw[:8192]:
-        raise DataError(f"{path} looks binary (NUL bytes): pass UTF-8 text files")
-    text = raw.decode("utf-8", errors="replace")
-    bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # minus genuine U+FFFD
-    if bad:
-        print(f"warning: {path} is not UTF-8; {bad} bad byte sequence(s) dropped", file=sys.stderr)
-    docs = _BLANK_LINE.split(text) if _BLANK_LINE.search(text) else text.splitlines()
-    docs = [d.strip() for d in docs if d.strip()]
-    if not docs:
-        raise DataError(f"{path} is empty: pass a file with text in it")
-    return docs
-
-
-def looks_like_vocabulary(path, head=1 << 16):
-    """True if a text file reads as a WordPiece vocabulary rather than text: one token per line
-    (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces. Judged on
-    its first 64 KB."""
-    with open(path, "rb") as f:
-        lines = f.read(head).decode("utf-8", errors="replace").splitlines()
-    words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
-    if len(words) < 5 or sum(len(w.split()) > 1 for w in words) > len(words) // 100:
-        return False
-    specials = sum(w in SPECIAL_TOKENS for w in words)
-    pieces = sum(w.startswith("##") and len(w) > 2 for w in words)
-    return specials >= 2 or pieces >= len(words) // 20
-
-
-class Sources(NamedTuple):
-    """--data resolved: parts ("file", Path) / ("hub", name), a label for each part of the
-    spec (for the summary line), warnings about what a folder held that is not read."""
-    parts: list
-    labels: list
-    warnings: list
-
-
-def _resolve(data_spec, cache_dir):
-    """'toy,wikipedia,notes.txt,dir/' -> Sources. A folder gives its own *.txt files, sorted
-    (not its subfolders, not hidden files), less those that look like a vocabulary (a vocab.txt
-    beside the text): those are skipped with a warning. A file named in --data is always read."""
-    parts, labels, warnings = [], [], []
-    for name in (s.strip() for s in str(data_spec).split(",") if s.strip()):
-        path = Path(name).expanduser()
-        if name == "toy":
-            parts.append(("file", toy_corpus(cache_dir) / "train.txt"))
-            labels.append("toy")
-        elif name in SOURCES:
-            parts.append(("hub", name))
-            labels.append(name)
-        elif path.is_dir():
-            entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
-            texts = [p for p in entries if p.suffix.lower() == ".txt" and not p.is_dir()]
-            others = [p.name + "/" * p.is_dir() for p in entries if p not in texts]
-            if not texts:
-                held = f" (it holds {', '.join(others[:3])}{', ...' * (len(others) > 3)})" if others else ""
-                raise DataError(f"folder {path} has no *.txt files{held}: --data reads a folder's *.txt files; "
-                                f"rename them, or name the files in --data")
-            vocabs = [p for p in texts if looks_like_vocabulary(cli.regular_file(p, "data file"))]
-            if vocabs:
-                warnings.append(f"{path}: skipped {', '.join(p.name for p in vocabs)}: "
-                                f"{'it looks' if len(vocabs) == 1 else 'they look'} like a vocabulary (one token "
-                                f"a line, [PAD]/[CLS] or ## pieces), not text; name it in --data to read it anyway")
-            texts = [p for p in texts if p not in vocabs]
-            if not texts:
-                raise DataError(f"folder {path} holds only a vocabulary ({', '.join(p.name for p in vocabs)}), "
-                                f"no text: put the training text in it as *.txt files")
-            parts += [("file", p) for p in texts]
-            unread = f"; not read: {', '.join(others[:3])}{', ...' * (len(others) > 3)}" if others else ""
-            labels.append(f"{path}/ ({len(texts)} *.txt file{'s' * (len(texts) > 1)}{unread})")
-        elif os.path.lexists(path):  # a file, or a FIFO / symlink loop: say which
-            parts.append(("file", Path(cli.regular_file(path, "data file"))))
-            labels.append(str(path))
-            if looks_like_vocabulary(path):
-                warnings.append(f"{path} looks like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), "
-                                f"not text; it is read as training text because --data names it")
-        else:
-            raise DataError(f"unknown data source {name!r}: use {', '.join(SOURCES)}, a file or a folder")
-    if not parts:
-        raise DataError("no data source given: pass toy, a hub source name, a file or a folder")
-    return Sources(parts, labels, warnings)
-
-
-def load_documents(data_spec, cache_dir=None):
-    """A datasets.Dataset with one "text" column, one document per row. data_spec is a
-    comma-separated list of SOURCES names, text files and folders (see _resolve for what a
-    folder gives); read_documents says how a text file splits into documents."""
-    return _load(_resolve(data_spec, cache_dir).parts)
-
-
-def _load(parts):
-    import datasets
-    sets = []
-    for kind, what in parts:
-        if kind == "file":
-            sets.append(datasets.Dataset.from_dict({"text": read_documents(what)}))
-            continue
-        repo, config, split, column, rows_per_doc = SOURCES[what]
-        try:
-            ds = datasets.load_dataset(repo, config, split=split).select_columns([column])
-        except Exception as e:  # offline, hub unreachable, dataset moved, ...
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise DataError(f"could not load {what} ({repo}) from the Hugging Face hub: {reason}; pass "
-                            f"local text files or folders of them as --data, or --data toy for the "
-                            f"offline toy corpus") from None
-        if column != "text":
-            ds = ds.rename_column(column, "text")
-        if rows_per_doc > 1:
-            ds = ds.map(lambda b: {"text": [" ".join(b["text"])]}, batched=True,
-                        batch_size=rows_per_doc)
-        sets.append(ds)
-    return sets[0] if len(sets) == 1 else datasets.concatenate_datasets(sets)
-
-
-def unavailable(data_spec, cache_dir=None):
-    """Why data_spec cannot be loaded now, found without loading it (None if nothing is found):
-    a name that is no source, or hub sources out of reach (offline and not cached). Asked when
-    the vocabulary is missing too, so that one message names everything missing."""
-    try:
-        parts = _resolve(data_spec, cache_dir).parts
-    except DataError as err:
-        return str(err)
-    import datasets
-    missing = []
-    for name in (what for kind, what in parts if kind == "hub"):
-        try:
-            datasets.load_dataset_builder(*SOURCES[name][:2])  # the hub's metadata or the local cache
-        except Exception as e:
-            missing.append(f"{name}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}")
-    return (f"nor can --data {data_spec} be loaded ({'; '.join(missing)}): pass local text files or folders "
-            f"of them as --data" if missing else None)
-
-
-def token_cache_path(data_spec, tokenizer, cache_dir=None):
-    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
-    file by path, size and mtime), the vocabulary and the array format."""
-    return _cache_path(_resolve(data_spec, cache_dir).parts, tokenizer, cache_dir)
-
-
-def _cache_path(parts, tokenizer, cache_dir):
-    cache_dir = Path(cache_dir or default_cache_dir())
-    sources = []
-    for kind, what in parts:
-        if kind == "file":
-            st = what.stat()
-            sources.append([str(what.resolve()), st.st_size, st.st_mtime_ns])
-        else:
-            sources.append(list(SOURCES[what]))
-    vocab = hashlib.sha256(Path(tokenizer.vocab_file).read_bytes()).hexdigest()
-    recipe = {"format": token_cache.FORMAT, "sources": sources, "vocab": vocab, "lower": tokenizer.do_lower_case}
-    key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()
-    return cache_dir / "tokens" / f"{key[:20]}.npy"
-
-
-def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
-    """Tokenise every document once into one flat array, documents separated (and ended)
-    by [SEP]; cached as .npy (with a manifest, .json) under a key of what made it, verified
-    before every use (a damaged cache is rebuilt, with a warning), returned as a read-only
-    memmap. Warnings and a line saying what was read go to `say` (default: stderr); so does a
-    line naming the cache when it is reused, if `say` is given (a run's log; other scripts stay
-    quiet). Under DDP rank 0 builds it; the others wait for cached_tokens."""
-    quiet_reuse, say = say is None, say or (lambda line: print(line, file=sys.stderr))
-    cache_dir = Path(cache_dir or default_cache_dir())
-    sources = _resolve(data_spec, cache_dir)
-    for warning in sources.warnings:
-        say(f"warning: {warning}")
-    path = _cache_path(sources.parts, tokenizer, cache_dir)
-    what = ", ".join(sources.labels)
-    tokens = token_cache.verified(path, tokenizer, say)
-    if tokens is None:
-        fingerprints = token_cache.source_fingerprints(sources.parts)  # taken before the text is read
-        token_cache.build(path, _load(sources.parts), fingerprints, tokenizer, num_proc,
-                          lambda line: say(f"data: {what}: {line}"))
-        tokens = np.load(path, mmap_mode="r")
-    elif not quiet_reuse:
-        say(f"data: {what}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
-    return tokens
-
-
-def cached_tokens(data_spec, tokenizer, cache_dir=None):
-    """data_spec's cached token array if it verifies (token_cache.verified), else None; says nothing and
-    removes nothing (what DDP's other ranks wait for while rank 0 builds it)."""
-    return token_cache.verified(token_cache_path(data_spec, tokenizer, cache_dir), tokenizer)
-
-
-def tokens_sha256(data_spec, tokenizer, cache_dir=None):
-    """The checksum of data_spec's token array, from the manifest tokenize_corpus verified: what a
-    run trains on (runs.Run records it, so that --resume can refuse other data)."""
-    manifest = token_cache_path(data_spec, tokenizer, cache_dir).with_suffix(".json")
-    return json.loads(manifest.read_text())["sha256"]
-
+# ----------------------------------------------------------------------------- packed blocks and batches
 
 class Blocks:
     """Fixed-length blocks [CLS] + the next max_len-2 tokens + [SEP] of a flat token array,
@@ -462,27 +399,3 @@ def retromae_batch(input_ids, tokenizer, enc_probability=0.3, dec_probability=0.
 def frame_ids(tokenizer):
     """[CLS], [SEP], [PAD]: the tokens that frame a text, not part of it (HF's whole-word walk skips them)."""
     return [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
-
-
-# ----------------------------------------------------------------------------- command line
-
-def main(argv=None):
-    p = cli.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    p.add_argument("--data", required=True, help="comma-separated sources: toy, "
-                   f"{', '.join(s for s in SOURCES if s != 'toy')}, text files or folders")
-    p.add_argument("--vocab", default="bert-base-uncased",
-                   help="toy, a vocab.txt, a folder with one, or a hub model id")
-    p.add_argument("--max_len", type=int_range(8, 512), default=128, help="block length to report for --data")
-    p.add_argument("--num_proc", type=int_range(1), default=None,
-                   help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
-    p.add_argument("--cache_dir", default=None, help="default: $TACO_CACHE or ~/.cache/taco")
-    args = p.parse_args(argv)
-    with cli.errors():
-        tok = load_tokenizer(args.vocab, args.cache_dir)
-        tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc)
-        blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)
-        print(f"{len(tokens):,} tokens ({tokens.dtype}), {len(blocks):,} blocks of {args.max_len}")
-
-
-if __name__ == "__main__":
-    main()

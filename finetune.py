@@ -24,32 +24,30 @@ OUT/summary.json and a printed table (best configuration per task; mean, std, me
 OUT/best/TASK (the best run's classifier, Hugging Face format). The recipe (FT_RECIPES) follows
 what the model is: a taco toy run gets the toy one, any other model the authors'.
 """
-import argparse
 import contextlib
 import math
 import os
-import shutil
 import sys
 import time
 
-import cli  # before torch: cli sets how idle CPU threads wait
+from engine import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-import fast
-import checkpoints
-from cli import UsageError, float_range, int_range
-from data import load_tokenizer
-from model import SIZES, BertConfig, BertForSequenceClassification, load_hf_state_dict, read_weights
-from checkpoints import find_weights, load_checkpoint, vocab_beside
-from runs import setup_distributed
+from data import WordPieceTokenizer, load_tokenizer
+from engine import checkpoints, fast
+from engine.checkpoints import find_weights, load_checkpoint, vocab_beside
+from engine.cli import UsageError
+from engine.finetuning import FT_RECIPES, choose_ft_recipe, format_table, get_args, save_best, scored, summarize
+from engine.hf import read_weights
+from engine.runs import setup_distributed
+from engine.tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task, load_split, read_examples
+from engine.toy import toy_corpus
+from model import BertConfig, BertForSequenceClassification, load_hf_state_dict
 from taco import configure_optimizer, get_lr
-from tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task, load_split, read_examples
-from tokenizer import WordPieceTokenizer
-from toy import toy_corpus
 
 
 # ----------------------------------------------------------------------------- model inputs
@@ -111,39 +109,6 @@ def load_pretrained(spec):
     if not os.path.isfile(vocab):
         raise FinetuneError(f"{vocab} is missing; copy there the vocab.txt the model was pre-trained with")
     return config, weights, vocab, source
-
-
-# ----------------------------------------------------------------------------- recipes
-
-# Fine-tuning defaults by what the model is (every one can be overridden by its flag).
-# small / base: the authors' scripts (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32,
-# 100 warm-up steps, lr 5e-5 for 4 epochs / 3e-5 for 6 epochs, max length 128) with the Hugging
-# Face Trainer defaults they keep (weight decay 0, AdamW eps 1e-8, linear decay, clip 1.0): for every
-# trained model, small's below hidden 768 (BERT-small, MiniLM), base's from it (BERT-base, -large).
-# toy: ours for taco's toy runs (tiny, mini) on the toy pair task, which need larger steps.
-FT_RECIPES = {
-    "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),  # a taco run of the tiny or mini recipe
-    "small": dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0),  # any other model, hidden < 768
-    "base": dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0),  # any other model, hidden >= 768
-}
-
-
-def choose_ft_recipe(config, origin=None):
-    """-> (FT_RECIPES key, why) by what the model is. origin: the taco recipe that pre-trained it
-    (its run's, checkpoints.trained_with: tiny, mini, small, ..., continue), "huggingface" (trained
-    elsewhere), or None (not known: a model of a toy size's shape is taken for a toy run)."""
-    shape = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads)
-    toy = origin in ("tiny", "mini") or (origin is None and shape in (SIZES["tiny"], SIZES["mini"]))
-    if toy:
-        return "toy", f"a taco toy run ({origin or 'by its shape'})"
-    key = "small" if config.hidden_size < 768 else "base"
-    what = "a Hugging Face model" if origin == "huggingface" else f"a model pre-trained by the {origin} recipe"
-    return key, f"{what}, hidden {config.hidden_size}: the paper's {key} recipe"
-
-
-def ft_recipe(config, origin=None):
-    """The FT_RECIPES entry for a model (choose_ft_recipe)."""
-    return FT_RECIPES[choose_ft_recipe(config, origin)[0]]
 
 
 # ----------------------------------------------------------------------------- training
@@ -251,31 +216,6 @@ def write_predictions(model, task, data, args):
         checkpoints.write_bytes(path, ("\n".join(lines) + "\n").encode())
 
 
-def save_best(model, task, record, tok, args):
-    """OUT/best/<task>: the classifier of the best run (by dev main score) in Hugging Face format
-    (transformers.AutoModelForSequenceClassification loads it, its labels by name), with what
-    `--predict` needs to read new examples. A better one saved there for the same pre-trained model
-    is kept; one of another pre-trained model is replaced, with a note."""
-    path = os.path.join(args.out, "best", task.name)
-    old = checkpoints.read_json(os.path.join(path, "config.json")).get("taco_task", {}) if os.path.isdir(path) else {}
-    if old.get("model") == record["model"] and old.get("dev", {}).get("main", -math.inf) >= record["metrics"]["main"]:
-        return
-    if old and old.get("model") != record["model"]:
-        print(f"note: {path} held a classifier of {old.get('model')}; replaced by this one of {record['model']}")
-    labels = {} if task.labels is None else {"id2label": dict(enumerate(task.labels)),
-                                             "label2id": {n: i for i, n in enumerate(task.labels)}}
-    about = {"name": task.name, "text": task.text, "label": task.tsv[-1], "labels": task.labels, "metrics": task.metrics,
-             "dev": record["metrics"], **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")}}
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
-                              finetuning_task=task.name, taco_task=about, **labels)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def predict_file(args):
     """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for
     every example of FILE -> OUT/predictions/<FILE's name>.tsv."""
@@ -303,147 +243,7 @@ def predict_file(args):
     print(f"{about['name']}: {len(rows)} predictions of {args.model} for {args.predict} in {out}")
 
 
-# ----------------------------------------------------------------------------- summary
-
-CONFIG = ("model", "max_len", "warmup", "lr", "batch_size", "epochs")  # a run's settings but its seed
-GLUE_NAMES = [TASKS[k].name for k in GLUE]
-
-
-def seed_stats(values):
-    """Mean, median and sample standard deviation (0 for a single seed)."""
-    return {"mean": float(np.mean(values)), "median": float(np.median(values)),
-            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
-
-
-def scored(records, path):
-    """The records with a finite main score and every key summarize() reads; the others (edited
-    by hand, or written by an older version that accepted a NaN) are left out with a warning."""
-    def ok(r):
-        metrics = r.get("metrics")
-        return (all(k in r for k in CONFIG + ("task", "seed")) and isinstance(metrics, dict) and all(
-            isinstance(v, (int, float)) and math.isfinite(v) for v in metrics.values()) and "main" in metrics)
-    kept = [r for r in records if ok(r)]
-    if len(kept) < len(records):
-        print(f"warning: {path}: left out {len(records) - len(kept)} run(s) without finite dev scores "
-              f"(NaN, or keys missing)", file=sys.stderr)
-    return kept
-
-
-def summarize(records):
-    """Per model, then per task: the configuration with the best mean dev main score, and its
-    seeds' statistics. Models are never mixed: each keeps its own best configuration."""
-    models = {}
-    for model in dict.fromkeys(r["model"] for r in records):
-        tasks = {}
-        known = [t.name for t in TASKS.values()]  # GLUE's order, then tasks of your own as they came
-        for name in sorted(dict.fromkeys(r["task"] for r in records), key=lambda n: known.index(n) if n in known else 99):
-            configs = {}
-            for r in records:  # a rerun of the same configuration and seed replaces the earlier one
-                if r["model"] == model and r["task"] == name:
-                    configs.setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
-            if configs:
-                best = max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()]))
-                chosen = list(best.values())
-                tasks[name] = {"config": {k: chosen[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in chosen),
-                               "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]}}
-        glue = [name for name in tasks if name in GLUE_NAMES]  # never the toy task or one of your own
-        models[model] = {"tasks": tasks, "glue_tasks": glue, "glue_average": float(np.mean(
-            [tasks[name]["metrics"]["main"]["mean"] for name in glue])) if len(glue) > 1 else None}
-    return {"split": "dev", "models": models}
-
-
-def format_table(summary):
-    """Per model: task rows, metric columns, cells `mean ± std (median)` over seeds, x100."""
-    out = []
-    for model, m in summary["models"].items():
-        tasks = m["tasks"]
-        cols = ["main"] + list(dict.fromkeys(c for s in tasks.values() for c in s["metrics"] if c != "main"))
-        w = max(11, *(len(name) + 1 for name in tasks))
-        lines = [f"model {model}",
-                 f"{'task (dev)':<{w}}{'lr/batch/epochs':<17}{'seeds':>5}  " + "".join(f"{c:<20}" for c in cols)]
-        for name, s in tasks.items():
-            config = "{lr:g}/{batch_size}/{epochs}".format(**s["config"])
-            cells = [f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f} ({100 * v['median']:.1f})"
-                     if (v := s["metrics"].get(c)) else "" for c in cols]
-            lines.append(f"{name:<{w}}{config:<17}{len(s['seeds']):>5}  " + "".join(f"{c:<20}" for c in cells))
-        if m["glue_average"] is not None:  # of the main scores; over fewer than GLUE's 8 tasks, not the GLUE score
-            glue = m["glue_tasks"]
-            what = (f"the {len(glue)} GLUE tasks" if len(glue) == len(GLUE) else
-                    f"{len(glue)} of the {len(GLUE)} GLUE tasks, {', '.join(glue)}: not the GLUE score")
-            lines.append(f"GLUE average ({what}): {100 * m['glue_average']:.1f}")
-        out.append("\n".join(line.rstrip() for line in lines))
-    return "\n\n".join(out)
-
-
 # ----------------------------------------------------------------------------- command line
-
-def metric(name):
-    """argparse `type=` of --metrics: one of METRICS."""
-    if name not in METRICS:
-        raise argparse.ArgumentTypeError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
-    return name
-
-
-def get_args(argv=None):
-    p = cli.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    # task and data
-    p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (GLUE's spelling, e.g. SST-2, works "
-                   "too), or a folder of your own task's files: train.tsv, dev.tsv or validation.tsv, labels.txt "
-                   "(optional), named by the folder (tasks.folder_task)")
-    p.add_argument("--tasks", default=None, help="comma-separated tasks, or 'all' (the 8 GLUE tasks); overrides --task")
-    p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a task of your own: its text column, "
-                   "or two for a pair; None: every column but the label and an id")
-    p.add_argument("--label_column", default="label", help="a task of your own: its label column")
-    p.add_argument("--metrics", type=cli.list_of(metric), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
-                   "their mean is its score; None: acc, or pearson,spearman for numbers")
-    p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs (train, dev, test; "
-                   "MNLI dev_matched, ...) or .csv/.json/.jsonl with the hub's column names; may hold "
-                   "one folder per task named as in GLUE (CoLA, SST-2, ...)")
-    p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; None: their usual places")
-    p.add_argument("--max_len", type=int_range(4, 512), default=None,
-                   help="tokens per example, [CLS] and [SEP]s included; None: 128 (--predict: the saved model's)")
-    # model
-    p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint "
-                   "file, or Hugging Face BERT directory (config.json, weights, vocab.txt); with --predict, a "
-                   "classifier saved in OUT/best/TASK")
-    # optimisation: the plural flags give a grid of comma-separated values
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; None: the "
-                   "recipe's (FT_RECIPES, by what the model is: a taco toy run 5e-4; any other 5e-5, 3e-5 from "
-                   "hidden 768), which the start line names")
-    p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
-                   help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
-    p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
-    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None,
-                   help="grid of batch sizes, e.g. 16,32")
-    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: the recipe's (toy 3, "
-                   "small 4, base 6)")
-    p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1,
-                   help="seed of the head's init, the data order and dropout")
-    p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
-                   help="seeds for every configuration, e.g. 1,2,3,4,5")
-    p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
-                   "< 1, else steps; None: the recipe's (toy 0.1, else 100 steps)")
-    p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW weight decay on matrices; "
-                   "None: the recipe's (toy 0.01, else 0)")
-    p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
-    # system
-    p.add_argument("--device", default=None, help="cpu or cuda; None: cuda if available")
-    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                   help="autocast precision; None: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
-    cli.add_threads_flag(p)
-    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention instead of fast.py's "
-                   "CPU equivalents (the same computation, other random draws)")
-    # output
-    p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, best/TASK "
-                   "(the best classifier, Hugging Face format), predictions/")
-    p.add_argument("--predict_test", action="store_true", help="write GLUE server files of each task's best run "
-                   "(by dev main score, among this command's runs) to OUT/predictions/")
-    p.add_argument("--predict", default=None, help="label the examples of this file (TSV/CSV/JSON(L) with the task's "
-                   "text columns, or one per line) with --model OUT/best/TASK: OUT/predictions/<name>.tsv")
-    return p.parse_args(argv)
-
 
 def finetune(args):
     """Every task x configuration x seed; then summary.json and the table. Fills in args'

@@ -10,20 +10,20 @@ because TACO's token-alignment loss works on g = h - e (see taco.py).
 
 Checkpoints move both ways between this code and Hugging Face's `transformers`
 (`load_hf_state_dict`, `to_hf_state_dict`, `from_pretrained`, `save_pretrained`)
-without importing `transformers`: a `.safetensors` file is read and written by a
-small reader of its documented format below.
+without importing `transformers`: the key map and the file formats are engine/hf.py's.
 
 The file reads like BERT top to bottom, in plain PyTorch; faster CPU equivalents of its dropout
-and attention live in fast.py, which the training loops install.
+and attention live in engine/fast.py, which the training loops install.
 """
 import json
-import os
-import shutil
 from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from engine import hf
+from engine.hf import load_hf_state_dict, to_hf_state_dict  # public here: the key map to Hugging Face's names
 
 # name -> (layers, hidden, heads); the intermediate (MLP) width is always 4 * hidden.
 SIZES = {
@@ -180,17 +180,16 @@ def init_weights(module, std):
 # ----------------------------------------------------------------------------- models
 
 class PretrainedMixin:
-    """Reading and writing Hugging Face-format directories (config.json + weights)."""
+    """from_pretrained / save_pretrained: Hugging Face-format directories (config.json + weights),
+    read and written by engine/hf.py without the `transformers` package."""
 
     hf_architecture = "BertModel"
 
     @classmethod
     def from_pretrained(cls, path, **kwargs):
         """Load a directory holding config.json and model.safetensors or pytorch_model.bin."""
-        with open(os.path.join(path, "config.json")) as f:
-            config = BertConfig.from_dict(json.load(f))
-        weights = read_weights(path)
-        config.pooler = any(k.endswith("pooler.dense.weight") for k in weights)
+        config, weights = hf.read_model_dir(path)
+        config = BertConfig.from_dict({**config, "pooler": any(k.endswith("pooler.dense.weight") for k in weights)})
         model = cls(config, **kwargs)
         fresh = load_hf_state_dict(model, weights)
         if fresh:
@@ -201,19 +200,11 @@ class PretrainedMixin:
     def save_pretrained(self, path, vocab_file=None, do_lower_case=True, **config):
         """Write a directory that `transformers` (AutoConfig, AutoModel*, AutoTokenizer) loads
         unchanged; `config`: extra config.json keys (a classifier's id2label, ...)."""
-        os.makedirs(path, exist_ok=True)
         cfg = self.config.to_hf_dict(self.hf_architecture)
         if isinstance(self, BertForSequenceClassification):
             cfg["num_labels"] = self.num_labels
             cfg["problem_type"] = "regression" if self.num_labels == 1 else "single_label_classification"
-        with open(os.path.join(path, "config.json"), "w") as f:
-            json.dump({**cfg, **config}, f, indent=2)
-        write_safetensors(os.path.join(path, "model.safetensors"), to_hf_state_dict(self))
-        if vocab_file is not None:
-            shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
-            with open(os.path.join(path, "tokenizer_config.json"), "w") as f:  # BertTokenizer's special tokens
-                json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                           "model_max_length": self.config.max_position_embeddings}, f, indent=2)
+        hf.write_model_dir(path, {**cfg, **config}, to_hf_state_dict(self), vocab_file, do_lower_case)
 
 
 class Bert(PretrainedMixin, nn.Module):
@@ -344,157 +335,3 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
         h, _ = self.bert(input_ids, attention_mask, token_type_ids)
         pooled = torch.tanh(self.pooler(h[:, 0]))  # the [CLS] token, (B, H)
         return self.classifier(self.dropout(pooled))  # (B, num_labels)
-
-
-# ----------------------------------------------------------------------------- Hugging Face interop
-
-def _key_map(model):
-    """[(our parameter name, [Hugging Face names])]; fused qkv maps to three HF tensors."""
-    if isinstance(model, Bert):
-        enc, cfg = "", model.config
-    else:
-        enc, cfg = "bert.", model.config
-    pairs = [(f"{enc}embeddings.{ours}.weight", [f"bert.embeddings.{hf}.weight"])
-             for ours, hf in [("word", "word_embeddings"), ("position", "position_embeddings"),
-                              ("token_type", "token_type_embeddings")]]
-    pairs += [(f"{enc}embeddings.norm.{p}", [f"bert.embeddings.LayerNorm.{p}"])
-              for p in ("weight", "bias")]
-    for i in range(cfg.num_hidden_layers):
-        ours, hf = f"{enc}layers.{i}.", f"bert.encoder.layer.{i}."
-        for p in ("weight", "bias"):
-            pairs += [
-                (f"{ours}attn.qkv.{p}", [f"{hf}attention.self.{n}.{p}" for n in ("query", "key", "value")]),
-                (f"{ours}attn.proj.{p}", [f"{hf}attention.output.dense.{p}"]),
-                (f"{ours}attn_norm.{p}", [f"{hf}attention.output.LayerNorm.{p}"]),
-                (f"{ours}mlp.fc.{p}", [f"{hf}intermediate.dense.{p}"]),
-                (f"{ours}mlp.proj.{p}", [f"{hf}output.dense.{p}"]),
-                (f"{ours}mlp_norm.{p}", [f"{hf}output.LayerNorm.{p}"]),
-            ]
-    if isinstance(model, BertForPreTraining):
-        pairs += [("mlm.bias", ["cls.predictions.bias"])]
-        pairs += [(f"mlm.dense.{p}", [f"cls.predictions.transform.dense.{p}"]) for p in ("weight", "bias")]
-        pairs += [(f"mlm.norm.{p}", [f"cls.predictions.transform.LayerNorm.{p}"]) for p in ("weight", "bias")]
-        if not cfg.tie_word_embeddings:
-            pairs += [("mlm.decoder.weight", ["cls.predictions.decoder.weight"])]
-    if hasattr(model, "pooler"):
-        pairs += [(f"pooler.{p}", [f"bert.pooler.dense.{p}"]) for p in ("weight", "bias")]
-    if isinstance(model, BertForSequenceClassification):
-        pairs += [(f"classifier.{p}", [f"classifier.{p}"]) for p in ("weight", "bias")]
-    return pairs
-
-
-def _is_head(ours):
-    return ours.startswith(("mlm.", "pooler.", "classifier."))
-
-
-# Keys of other BERT variants that none of our models use (NSP head, buffers, ...).
-_IGNORED = ("cls.seq_relationship.", "bert.embeddings.position_ids", "cls.predictions.decoder.")
-
-
-def to_hf_state_dict(model):
-    """Our state dict under Hugging Face BERT names (BertModel / BertForMaskedLM / ...)."""
-    ours = model.state_dict()
-    out = {}
-    for name, hf_names in _key_map(model):
-        for hf, t in zip(hf_names, ours[name].chunk(len(hf_names), dim=0)):
-            out[hf] = t.detach().clone()
-    if isinstance(model, Bert):  # a bare BertModel's keys carry no "bert." prefix
-        out = {k.removeprefix("bert."): v for k, v in out.items()}
-    if isinstance(model, BertForPreTraining):
-        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"].clone()
-        if model.config.tie_word_embeddings:  # loaders that do not tie still get the matrix
-            out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"].clone()
-    return out
-
-
-def load_hf_state_dict(model, state_dict):
-    """Copy a Hugging Face BERT state dict into `model`; returns the head weights left fresh.
-
-    Accepts BertModel checkpoints (keys without "bert.", e.g. sentence encoders) as well as
-    BertForMaskedLM / BertForPreTraining / BertForSequenceClassification ones. Every
-    encoder weight must be present with the right shape; a head (MLM, pooler, classifier)
-    missing from the checkpoint keeps its fresh initialisation and is reported; another task's is skipped.
-    """
-    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
-          for k, v in state_dict.items()}
-    ours = model.state_dict()
-    used, missing, fresh, loaded = set(), [], [], {}
-    for name, hf_names in _key_map(model):
-        absent = [k for k in hf_names if k not in sd]
-        if absent:
-            (fresh if _is_head(name) else missing).extend([name] if _is_head(name) else absent)
-            continue
-        t = torch.cat([sd[k] for k in hf_names], dim=0)
-        if t.shape != ours[name].shape:
-            raise ValueError(f"shape mismatch for {hf_names[0]}: checkpoint {tuple(t.shape)}, "
-                             f"model {tuple(ours[name].shape)} (is the model size right?)")
-        loaded[name] = t
-        used.update(hf_names)
-    if missing:
-        raise ValueError(f"checkpoint is missing {len(missing)} weights: {', '.join(missing[:5])}"
-                         f"{' ...' if len(missing) > 5 else ''}")
-    other_heads = tuple(p for p, has in (("cls.", isinstance(model, BertForPreTraining)), ("bert.pooler.", hasattr(
-        model, "pooler")), ("classifier.", isinstance(model, BertForSequenceClassification))) if not has)
-    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]  # heads it has not: skipped
-    if unexpected:
-        raise ValueError(f"checkpoint has {len(unexpected)} unexpected weights: "
-                         f"{', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
-    with torch.no_grad():
-        for name, t in loaded.items():
-            ours[name].copy_(t)
-    return fresh
-
-
-# ----------------------------------------------------------------------------- weight files
-
-# safetensors: 8-byte little-endian header length N, N bytes of JSON
-# {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
-# then the raw little-endian tensor bytes (offsets relative to the end of the header).
-_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-              "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
-              "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    out = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        raw = bytearray(data[8 + n + begin:8 + n + end])  # writable copy for frombuffer
-        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        out[name] = t.view(_ST_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
-
-
-def write_safetensors(path, tensors):
-    names = {v: k for k, v in _ST_DTYPES.items()}
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, t in tensors.items():
-        raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)  # the format pads the header to 8-byte alignment
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(len(head).to_bytes(8, "little"))
-        f.write(head)
-        for raw in blobs:
-            f.write(raw)
-    os.replace(tmp, path)
-
-
-def read_weights(path):
-    """The state dict in a Hugging Face directory: model.safetensors or pytorch_model.bin."""
-    st, pt = os.path.join(path, "model.safetensors"), os.path.join(path, "pytorch_model.bin")
-    if os.path.exists(st):
-        return read_safetensors(st)
-    if os.path.exists(pt):
-        return torch.load(pt, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{path} holds neither model.safetensors nor pytorch_model.bin")

@@ -77,8 +77,8 @@ def run(settings, out, seed, steps, ft_pairs, predictions, jobs=0):
 
 
 def main(argv=None):
-    import cli
-    import checkpoints
+    from engine import cli
+    from engine import checkpoints
     from exercises.miniature import choose, driver_args
     p = driver_args("Exercise 5: TACO's W, K, tau and lambda, measured against your predictions.")
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, from: " + ", ".join(SETTINGS))

@@ -37,8 +37,8 @@ def curve(run_dir, key):
 
 
 def main(argv=None, functions=None):
-    import cli
-    import checkpoints
+    from engine import cli
+    from engine import checkpoints
     from exercises.miniature import driver_args, finetune_score, pretrain_all, wordsim
     p = driver_args("Exercise 6: the MLM vs TACO miniature.")
     p.add_argument("--pictures", default="runs/ex6", help="folder for curves.png and cosine.png")
@@ -73,7 +73,7 @@ def main(argv=None, functions=None):
     except NotImplementedError:
         print("(write first_step_reaching and speedup to see the speed-ups)")
     try:
-        import pictures
+        from tools import pictures
         run_dirs = [r["run"] for r in results.values()]
         os.makedirs(args.pictures, exist_ok=True)
         pictures.curves(run_dirs, os.path.join(args.pictures, "curves.png"))

@@ -44,8 +44,8 @@ VARIANTS = {  # name -> taco.py flags (the objective is taco unless given)
 
 
 def main(argv=None):
-    import cli
-    import checkpoints
+    from engine import cli
+    from engine import checkpoints
     from exercises.miniature import choose, driver_args, finetune_score, pretrain_all, wordsim
     p = driver_args("Exercise 7: frozen and untied embeddings, MLM vs TACO.")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))

@@ -58,7 +58,7 @@ def cpu_seconds():
 
 def machine(jobs):
     import torch
-    from cli import free_cores
+    from engine.cli import free_cores
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -254,7 +254,7 @@ def update_pages(t):
 
 def from_json(path, update):
     """The tables and claims of an earlier measurement (its --json file)."""
-    import checkpoints
+    from engine import checkpoints
     saved = checkpoints.read_json(path)
     r = {k: ({int(s): v for s, v in x.items()} if k.startswith("ex") else x) for k, x in saved["results"].items()}
     for seed in r["ex6"]:  # JSON made the curves' (step, value) pairs lists
@@ -272,8 +272,8 @@ def from_json(path, update):
 
 
 def main(argv=None):
-    import cli
-    import checkpoints
+    from engine import cli
+    from engine import checkpoints
     p = argparse.ArgumentParser(description="Re-measure every table of exercises 5-7 over several seeds.")
     p.add_argument("--seeds", type=cli.list_of(cli.int_range(0)), default=[0, 1, 2], help="pre-training seeds, e.g. 0,1,2")
     p.add_argument("--out", default="runs/measure", help="where the runs go (finished ones are reused: use a fresh "

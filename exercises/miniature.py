@@ -31,13 +31,15 @@ if ROOT not in sys.path:  # run as `python exercises/ex5_ablations.py`: the repo
 
 import torch  # noqa: E402
 
-import cli  # noqa: E402
-import checkpoints  # noqa: E402
+from engine import cli  # noqa: E402
+from engine.flags import RESUMABLE, check_args, get_args  # noqa: E402
+from engine import checkpoints  # noqa: E402
 import finetune  # noqa: E402
+from engine import finetuning  # noqa: E402
 import taco  # noqa: E402
 from data import load_tokenizer  # noqa: E402
-from evalsets import read_pairs  # noqa: E402
-from toy import toy_corpus  # noqa: E402
+from engine.evalsets import read_pairs  # noqa: E402
+from engine.toy import toy_corpus  # noqa: E402
 
 # taco.py flags shared by every miniature run: the tiny recipe with 4x fewer tokens a step, fewer
 # steps and twice the learning rate (TACO's contextual score opens within 100 steps)
@@ -67,7 +69,7 @@ def finished(root, flags=(), seed=0, steps=None):
     with contextlib.suppress(OSError, ValueError, KeyError):
         with open(os.path.join(out, "miniature.json")) as f:
             previous = json.load(f)
-        want = {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}
+        want = {k: v for k, v in vars(get_args(argv)).items() if k not in RESUMABLE}
         if previous["args"] == json.loads(json.dumps(want)):
             return out, {**previous["result"], "reused": True}
     return out, None
@@ -86,7 +88,7 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
     with `n_threads` threads; -> (run directory, its final evaluation: eval_mlm_loss, eval_mlm_acc,
     ctx_*, wall_s and cpu_s, the run's own seconds; "reused": True if it was done before)."""
     out, argv = _settings(root, flags, seed, steps)
-    taco.check_args(taco.get_args(argv), 1)  # a user mistake (cli.UsageError) surfaces before the quiet part
+    check_args(get_args(argv), 1)  # a user mistake (cli.UsageError) surfaces before the quiet part
     out, done = finished(root, flags, seed, steps)
     if done:
         return out, done
@@ -98,13 +100,13 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
         if quiet:  # taco.py's progress bar and summary line
             hush.enter_context(contextlib.redirect_stderr(null))
             hush.enter_context(contextlib.redirect_stdout(null))
-        taco.train(taco.get_args(argv), hush)  # hush also releases what the run holds (its lock on --out)
+        taco.train(get_args(argv), hush)  # hush also releases what the run holds (its lock on --out)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         last = [json.loads(line) for line in f if "ctx_score" in line][-1]
     result = {**{k: v for k, v in last.items() if k.startswith(("eval_", "ctx_"))},
               "wall_s": time.time() - t0, "cpu_s": time.process_time() - c0, "threads": n_threads}
     checkpoints.write_json(os.path.join(out, "miniature.json"), {
-        "args": {k: v for k, v in vars(taco.get_args(argv)).items() if k not in taco.RESUMABLE}, "result": result})
+        "args": {k: v for k, v in vars(get_args(argv)).items() if k not in RESUMABLE}, "result": result})
     return out, result
 
 
@@ -118,7 +120,7 @@ def pretrain_all(root, specs, steps=None, jobs=0, log=print):
     side in `jobs` processes of one thread each (0: as many as cli.free_cores()). -> [(run dir, result)]
     in the order of `specs`. Every run checks its flags first: a mistake stops all before any work."""
     for flags, seed in specs:
-        taco.check_args(taco.get_args(_settings(root, flags, seed, steps)[1]), 1)
+        check_args(get_args(_settings(root, flags, seed, steps)[1]), 1)
     results = {i: finished(root, flags, seed, steps) for i, (flags, seed) in enumerate(specs)}
     todo = [i for i, (_, r) in results.items() if r is None]
     jobs = min(jobs or cli.free_cores(), len(todo)) if todo else 0
@@ -152,8 +154,8 @@ def finetune_score(run, seed=1, train_pairs=1000, epochs=2, max_len=64, dev_pair
             return json.load(f)["main"]
     config, weights, vocab, source = finetune.load_pretrained(run)
     tok = load_tokenizer(vocab)
-    args = finetune.get_args(["--max_len", str(max_len)])
-    for k, v in finetune.ft_recipe(config).items():  # warm-up and weight decay of the toy recipe
+    args = finetuning.get_args(["--max_len", str(max_len)])
+    for k, v in finetuning.ft_recipe(config).items():  # warm-up and weight decay of the toy recipe
         setattr(args, k, v)
     args.rank, args.world, args.source, args.pad_id = 0, 1, source, tok.pad_id
     args.device, args.dtype, args.autocast = torch.device("cpu"), "fp32", contextlib.nullcontext()
@@ -173,7 +175,7 @@ def finetune_score(run, seed=1, train_pairs=1000, epochs=2, max_len=64, dev_pair
 def wordsim(run_dir):
     """Spearman of the input word embeddings' cosines with the toy corpus's word-pair scores (Fig. 3a):
     same-topic words should be close."""
-    import analyze
+    from tools import analyze
     encoder, tok, _, _ = analyze.load_encoder(run_dir)
     pairs = read_pairs(os.path.join(toy_corpus(), "wordsim.txt"))
     with threads(1):

@@ -36,7 +36,8 @@ def main():
     import torch
     print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} cores")
 
-    from data import load_tokenizer, tokenize_corpus
+    from data import load_tokenizer
+    from engine.corpus import tokenize_corpus
     tok = load_tokenizer("toy")
     tokens = tokenize_corpus("toy", tok)
     print(f"toy corpus: {len(tokens):,} tokens, vocabulary of {tok.vocab_size} (cached for the next runs)")
@@ -49,7 +50,7 @@ def main():
         cpu, wall = time.process_time() - c0, time.time() - w0
         print(f"a {steps}-step miniature pre-training: {wall:.1f} s ({cpu:.1f} CPU-s, one thread); contextual score "
               f"{r['ctx_score']:.3f}, held-out MLM loss {r['eval_mlm_loss']:.3f}")
-        import pictures
+        from tools import pictures
         out = os.path.join(tmp, "curves.png")
         with contextlib.redirect_stdout(io.StringIO()):
             pictures.curves([run_dir], out)

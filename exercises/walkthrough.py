@@ -18,10 +18,11 @@ if ROOT not in sys.path:
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from data import DataError, load_tokenizer, make_blocks, tokenize_corpus  # noqa: E402
+from data import DataError, load_tokenizer, make_blocks  # noqa: E402
+from engine.corpus import tokenize_corpus  # noqa: E402
 from model import BertConfig, BertForPreTraining  # noqa: E402
-from pictures import topic_words  # noqa: E402
-from cli import UsageError  # noqa: E402
+from tools.pictures import topic_words  # noqa: E402
+from engine.cli import UsageError  # noqa: E402
 from taco import sample_negatives, sample_positives, tc_loss  # noqa: E402
 
 
@@ -150,8 +151,8 @@ def main(argv=None):
         at_init = trace(init, ids, tok, *knobs, "2. At initialisation (taco.py's tiny model, seed 0)")
         at_init["loss_tau_1"] = explain_init(at_init, args.negatives, args.temperature)
         if args.run:
-            import analyze
-            from finetune import FinetuneError
+            from tools import analyze
+            from engine.tasks import FinetuneError
             try:
                 trained, _, _, source = analyze.load_encoder(args.run)
             except FinetuneError as err:
@@ -164,7 +165,7 @@ def main(argv=None):
             print(f"{'Reusing' if done else 'Pre-training'} a miniature TACO ({steps} steps, one thread): {run_dir}"
                   + ("" if done else " ..."), flush=True)
             run_dir, _ = pretrain(args.out, steps=args.steps)
-            import analyze
+            from tools import analyze
             trained, _, _, source = analyze.load_encoder(run_dir)
             title = f"3. After {steps} steps of TACO ({source})"
         if trained.embeddings.word.num_embeddings != tok.vocab_size:

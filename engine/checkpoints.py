@@ -1,0 +1,366 @@
+"""What a run writes and reads back, shared by every script: files written whole (temp file +
+rename) and tolerant readers of the project's own JSON files; checkpoints (ckpt_<step>.pt and a
+manifest with its size and sha256, verified before use, rotated); and the weights a run or a
+script starts from (--init, --model: a run folder, a checkpoint file or a Hugging Face folder).
+
+User mistakes are cli.UsageError: one `error:` line, exit 2 (docs/robustness.md).
+"""
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from typing import NamedTuple
+
+import torch
+
+from engine import cli
+from engine.cli import UsageError
+from model import SIZES, BertConfig, BertForPreTraining
+
+# ----------------------------------------------------------------------------- files we write ourselves
+
+def atomic_write(path, write, size=None):
+    """write(f) into a temp file in the same folder, fsync, rename: readers and a kill at
+    any moment see the old file or the new one, never a mix. A full disk is one line naming
+    the folder and `size`, the bytes the file needs (the old file stays, the temp file goes)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:  # a full disk, a signal, ...: no temp file left
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)  # (before DiskFull measures the space left)
+        if cli.disk_full(err):
+            raise cli.DiskFull(os.path.dirname(path), size, os.path.basename(path)) from None
+        raise
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)
+
+
+def remove_leftovers(folder):
+    """Delete the temp files of a writer killed mid-write (kill -9, a second signal): called by
+    the holder of the folder's lock, the only one that writes there."""
+    for name in os.listdir(folder):
+        stem, _, pid = name.rpartition(".tmp")
+        if stem and pid.isdigit():
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, name))
+
+
+def copy_vocab(src, out):
+    """OUT/vocab.txt, written atomically; nothing to do when --vocab is that file already."""
+    dst = os.path.join(out, "vocab.txt")
+    if not (os.path.exists(dst) and os.path.samefile(src, dst)):
+        with open(src, "rb") as f:
+            write_bytes(dst, f.read())
+
+
+def write_bytes(path, data):
+    atomic_write(path, lambda f: f.write(data), len(data))
+
+
+def write_json(path, obj):
+    write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode())
+
+
+def write_jsonl(path, records):
+    write_bytes(path, "".join(json.dumps(r) + "\n" for r in records).encode())
+
+
+def append_jsonl(path, record):
+    """Append one record as a line; a torn last line (a kill during an earlier append) is
+    dropped first, so that it cannot glue itself to the new line. A full disk leaves the file
+    as it was."""
+    if os.path.exists(path) and os.path.getsize(path):
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        if torn:
+            write_jsonl(path, read_jsonl(path))
+    line = memoryview((json.dumps(record) + "\n").encode())
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size, needed = os.fstat(fd).st_size, len(line)
+        try:
+            while line:
+                line = line[os.write(fd, line):]
+        except OSError as err:
+            os.ftruncate(fd, size)  # no half line
+            if cli.disk_full(err):
+                raise cli.DiskFull(os.path.dirname(path), needed, os.path.basename(path)) from None
+            raise
+    finally:
+        os.close(fd)
+
+
+def read_json(path):
+    """A JSON object written by this project; anything else is one clear line."""
+    cli.regular_file(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path} is not valid JSON ({err}); truncated or edited?") from None
+    if not isinstance(obj, dict):
+        raise UsageError(f"{path} holds a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def read_jsonl(path):
+    """The records (objects) of a JSON-lines file this project appends to. A last line cut
+    short (no newline: a kill during an append) is dropped with a warning; any other bad
+    line is an error."""
+    cli.regular_file(path)
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    records = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as err:
+            if no == len(lines):  # no newline after it: torn
+                print(f"warning: {path}: dropped its last line, cut short ({len(line)} bytes)", file=sys.stderr)
+                break
+            raise UsageError(f"{path} line {no} is not valid JSON ({err})") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{path} line {no} holds a JSON {type(record).__name__}, not an object")
+        records.append(record)
+    return records
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def save_checkpoint(out, state, keep_last):
+    """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256).
+
+    A checkpoint counts only once its manifest exists, so a kill at any moment leaves either
+    the previous set of valid checkpoints or the new one; a full disk leaves the previous set
+    and one line. Rotation (rotate_checkpoints) keeps the newest keep_last valid ones.
+    """
+    path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
+    after = "; the earlier checkpoints are intact: run the same command with --resume"
+    try:
+        atomic_write(path, lambda f: torch.save(state, f), state_bytes(state))
+        write_json(path[:-3] + ".json", {"step": state["step"], "bytes": os.path.getsize(path), "sha256": sha256(path)})
+    except cli.DiskFull as err:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)  # a checkpoint without its manifest would only take space
+        raise UsageError(f"{err}{after}") from None
+    rotate_checkpoints(out, keep_last, path)
+    return path
+
+
+def state_bytes(obj):
+    """The bytes of the tensors in a (nested) checkpoint state: about its size on disk."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(state_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(state_bytes(v) for v in obj)
+    return 0
+
+
+def rotate_checkpoints(out, keep_last, newest):
+    """Delete checkpoints older than the keep_last newest *valid* ones (`newest`, just written,
+    among them). Only verified checkpoints count, so an invalid one (a corrupted file that a
+    resume skipped) can never push a valid one out; checkpoints after `newest` (left by a run
+    resumed from an earlier step) are not touched."""
+    older = [p for p in list_checkpoints(out) if p < newest]  # zero-padded steps: name order is step order
+    valid = [newest]
+    for path in older:
+        if len(valid) == keep_last:
+            break
+        if verify_checkpoint(path) is None:
+            valid.append(path)
+    if len(valid) < keep_last:
+        return
+    for old in (p for p in older if p < valid[-1]):
+        for p in (old[:-3] + ".json", old):  # the manifest first: a half-deleted one never counts
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
+
+
+def list_checkpoints(out):
+    """Checkpoint files that have a manifest, newest first (not yet verified)."""
+    if not os.path.isdir(out):
+        return []
+    names = sorted((n for n in os.listdir(out) if n.startswith("ckpt_") and n.endswith(".json")), reverse=True)
+    return [os.path.join(out, n[:-5] + ".pt") for n in names]
+
+
+def verify_checkpoint(path):
+    """None if `path` matches its manifest, else the reason it does not."""
+    try:
+        manifest = read_json(path[:-3] + ".json")
+        cli.regular_file(path, "checkpoint")
+        if os.path.getsize(path) != manifest.get("bytes"):
+            return f"size {os.path.getsize(path)} != {manifest.get('bytes')} (truncated?)"
+        if sha256(path) != manifest.get("sha256"):
+            return "checksum mismatch (corrupted)"
+    except (OSError, UsageError) as err:
+        return f"unreadable ({err})"
+    return None
+
+
+def latest_checkpoint(out):
+    """The newest checkpoint in `out` that passes verification, or None."""
+    for path in list_checkpoints(out):
+        reason = verify_checkpoint(path)
+        if reason is None:
+            return path
+        print(f"warning: skipping checkpoint {path}: {reason}", file=sys.stderr)
+    return None
+
+
+def stopped_before_first_checkpoint(out):
+    """(the last step logged, the first checkpoint's step) if `out` holds a run that stopped before
+    its first checkpoint (killed, a second signal, an error): a config.json, no checkpoint file, a
+    metrics.jsonl that ends before the first save; else None."""
+    try:
+        if any(n.startswith("ckpt_") and n.endswith((".pt", ".json")) for n in os.listdir(out)):
+            return None
+        args = read_json(os.path.join(out, "config.json"))["args"]
+        metrics = os.path.join(out, "metrics.jsonl")
+        last = max((r.get("step", 0) for r in (read_jsonl(metrics) if os.path.exists(metrics) else [])), default=0)
+        first = min(args["save_every"], args["steps"])
+        return (last, first) if last < first else None
+    except (OSError, UsageError, KeyError, TypeError):  # no run there, or not one of ours
+        return None
+
+
+WEIGHTS = ("model", "model_config")  # what --init, --model and analyze.py read from a checkpoint
+RESUME = WEIGHTS + ("optimizer", "scaler", "step", "args")  # and what --resume reads too
+
+
+def check_content(state, path, need=WEIGHTS):
+    """One line naming `path` unless `state` is what taco saves: a dict with the keys `need`,
+    weights that are tensors, an integer step."""
+    if not isinstance(state, dict):
+        raise UsageError(f"{path} is not a taco checkpoint: it holds a {type(state).__name__}, not the dict "
+                         f"taco saves ({', '.join(need)}, ...)")
+    missing = [k for k in need if k not in state]
+    wrong = [k for k in ("model", "model_config", "optimizer", "scaler", "args")
+             if k in need and k in state and not isinstance(state[k], dict)]
+    if "model" in need and "model" not in missing + wrong and not all(
+            isinstance(v, torch.Tensor) for v in state["model"].values()):
+        wrong.append("model")  # weights that are not tensors
+    if "step" in need and "step" in state and type(state["step"]) is not int:
+        wrong.append("step")
+    if missing or wrong:
+        what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong)}"
+        raise UsageError(f"{path} is not a taco checkpoint: it {what}")
+
+
+def load_checkpoint(path, need=WEIGHTS):
+    """Load a checkpoint (tensors and plain types only: weights_only=True) that holds what
+    taco writes: a dict with the keys `need`; anything else is one line naming the file."""
+    if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
+        raise UsageError(f"checkpoint {path} is invalid: {reason}")
+    cli.regular_file(path, "checkpoint")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
+    check_content(state, path, need)
+    return state
+
+
+# ----------------------------------------------------------------------------- weights to start from
+
+def find_weights(spec):
+    """-> (file or folder to load, is_hf) for a taco run directory (its newest valid
+    checkpoint), a checkpoint file, or a Hugging Face directory (config.json + weights)."""
+    if not os.path.exists(spec):
+        raise UsageError(f"{spec} does not exist: pass a taco run directory, a checkpoint file "
+                         f"or a Hugging Face model directory")
+    if not os.path.isdir(spec):
+        return cli.regular_file(spec, "checkpoint"), False
+    source = latest_checkpoint(spec)
+    if source is not None:
+        return source, False
+    if os.path.isfile(os.path.join(spec, "config.json")) and any(
+            os.path.isfile(os.path.join(spec, w)) for w in ("model.safetensors", "pytorch_model.bin")):
+        return spec, True
+    raise UsageError(f"{spec} holds no valid taco checkpoint (ckpt_*.pt with its manifest) and is "
+                     f"not a Hugging Face directory (config.json + model.safetensors)")
+
+
+def vocab_beside(source):
+    """The vocab.txt that goes with a checkpoint file or a model directory."""
+    return os.path.join(source if os.path.isdir(source) else os.path.dirname(source), "vocab.txt")
+
+
+def trained_with(spec):
+    """How the weights `spec` names were trained, read without loading them (a recipe depends on it)
+    -> (source, run): the taco run's settings (--size, --data, ...; "recipe": the one it trained
+    with), or None for a Hugging Face folder (trained elsewhere)."""
+    source, is_hf = find_weights(spec)
+    if is_hf:
+        return source, None
+    try:
+        ckpt = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        raise UsageError(f"cannot read checkpoint {source}: {err.__class__.__name__}") from err
+    check_content(ckpt, source)
+    run, cfg = dict(ckpt["args"]) if isinstance(ckpt.get("args"), dict) else {}, ckpt["model_config"]
+    if "recipe" not in run:  # recorded since recipes depend on --init: --size's, unless the model is not that size
+        shape = (cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("num_attention_heads"))
+        run["recipe"] = run.get("size") if SIZES.get(run.get("size")) == shape else "continue"
+    return source, run
+
+
+class Init(NamedTuple):
+    """The weights --init continues from: the model's config, its state dict, the file or folder."""
+    config: BertConfig
+    state: dict
+    source: str
+
+
+def load_init(spec, flag="--init"):
+    """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue
+    from -> Init. Weights only: optimizer, schedule and step start anew. A Hugging Face encoder
+    without an MLM head gets a fresh head (with a note)."""
+    source, is_hf = find_weights(spec)
+    try:
+        if is_hf:
+            model = BertForPreTraining.from_pretrained(source)
+            return Init(model.config, model.state_dict(), source)
+        state = load_checkpoint(source)
+        return Init(BertConfig.from_dict(state["model_config"]), state["model"], source)
+    except UsageError:
+        raise
+    except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
+        raise UsageError(f"cannot load {flag} {spec}: {cli.reason(err)}") from err
+
+
+def load_weights(model, state, spec, flag="--init"):
+    """--init's weights into `model`. Tied embeddings share the input matrix (an untied init's
+    decoder is dropped); RetroMAE's decoder continues if the init has one, else stays fresh
+    (seeded), and is dropped for other objectives. Anything else that does not fit: one line."""
+    if model.config.tie_word_embeddings:
+        state = {**state, "mlm.decoder.weight": state["bert.embeddings.word.weight"]}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # tensors of other shapes than the init's own config says
+        raise UsageError(f"{flag} {spec} does not fit the model: {cli.reason(err)}") from err
+    stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
+    if stray:
+        raise UsageError(f"{flag} {spec} does not fit the model: {', '.join(stray[:4])}")

@@ -1,0 +1,231 @@
+"""Where a run's text comes from, and its tokens once tokenised: hub datasets (Wikipedia, BookCorpus,
+WikiText-103), local text files and folders, the built-in toy corpus; tokenised once into one flat
+token array, cached and verified (token_cache.py builds and checks it).
+
+tools/prepare.py runs it ahead of a run (the paper's corpora take hours to tokenise).
+"""
+import hashlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from engine import cli, token_cache
+from engine.cli import DataError, default_cache_dir
+from engine.toy import SPECIAL_TOKENS, toy_corpus
+
+# name -> (hub dataset id, config, split, text column, rows joined into one document).
+# All are data-only repos (Parquet or Arrow files) that load with datasets >= 3, unlike the
+# old script-based "bookcorpus" and "wikitext". SamuelYang/bookcorpus is an Arrow dump of
+# the original 74M rows: one sentence per row and no book boundaries, so runs of 100 rows
+# are joined into one pseudo-document rather than putting a [SEP] after every sentence.
+SOURCES = {
+    "wikipedia": ("wikimedia/wikipedia", "20231101.en", "train", "text", 1),
+    "bookcorpus": ("SamuelYang/bookcorpus", None, "train", "text", 100),
+    "wikitext103": ("Salesforce/wikitext", "wikitext-103-raw-v1", "train", "text", 1),
+    "toy": None,  # built offline by toy.toy_corpus()
+}
+
+
+# ----------------------------------------------------------------------------- corpora
+
+_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
+
+
+def read_documents(path):
+    """Documents of a local text file: blank-line-separated paragraph groups, or one per
+    line if the file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the
+    tokenizer drops) with one warning per file; NUL bytes mean binary and are refused."""
+    raw = Path(cli.regular_file(path, "data file")).read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise DataError(f"{path} looks binary (NUL bytes): pass UTF-8 text files")
+    text = raw.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # minus genuine U+FFFD
+    if bad:
+        print(f"warning: {path} is not UTF-8; {bad} bad byte sequence(s) dropped", file=sys.stderr)
+    docs = _BLANK_LINE.split(text) if _BLANK_LINE.search(text) else text.splitlines()
+    docs = [d.strip() for d in docs if d.strip()]
+    if not docs:
+        raise DataError(f"{path} is empty: pass a file with text in it")
+    return docs
+
+
+def looks_like_vocabulary(path, head=1 << 16):
+    """True if a text file reads as a WordPiece vocabulary rather than text: one token per line
+    (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces. Judged on
+    its first 64 KB."""
+    with open(path, "rb") as f:
+        lines = f.read(head).decode("utf-8", errors="replace").splitlines()
+    words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
+    if len(words) < 5 or sum(len(w.split()) > 1 for w in words) > len(words) // 100:
+        return False
+    specials = sum(w in SPECIAL_TOKENS for w in words)
+    pieces = sum(w.startswith("##") and len(w) > 2 for w in words)
+    return specials >= 2 or pieces >= len(words) // 20
+
+
+class Sources(NamedTuple):
+    """--data resolved: parts ("file", Path) / ("hub", name), a label for each part of the
+    spec (for the summary line), warnings about what a folder held that is not read."""
+    parts: list
+    labels: list
+    warnings: list
+
+
+def _resolve(data_spec, cache_dir):
+    """'toy,wikipedia,notes.txt,dir/' -> Sources. A folder gives its own *.txt files, sorted
+    (not its subfolders, not hidden files), less those that look like a vocabulary (a vocab.txt
+    beside the text): those are skipped with a warning. A file named in --data is always read."""
+    parts, labels, warnings = [], [], []
+    for name in (s.strip() for s in str(data_spec).split(",") if s.strip()):
+        path = Path(name).expanduser()
+        if name == "toy":
+            parts.append(("file", toy_corpus(cache_dir) / "train.txt"))
+            labels.append("toy")
+        elif name in SOURCES:
+            parts.append(("hub", name))
+            labels.append(name)
+        elif path.is_dir():
+            entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+            texts = [p for p in entries if p.suffix.lower() == ".txt" and not p.is_dir()]
+            others = [p.name + "/" * p.is_dir() for p in entries if p not in texts]
+            if not texts:
+                held = f" (it holds {', '.join(others[:3])}{', ...' * (len(others) > 3)})" if others else ""
+                raise DataError(f"folder {path} has no *.txt files{held}: --data reads a folder's *.txt files; "
+                                f"rename them, or name the files in --data")
+            vocabs = [p for p in texts if looks_like_vocabulary(cli.regular_file(p, "data file"))]
+            if vocabs:
+                warnings.append(f"{path}: skipped {', '.join(p.name for p in vocabs)}: "
+                                f"{'it looks' if len(vocabs) == 1 else 'they look'} like a vocabulary (one token "
+                                f"a line, [PAD]/[CLS] or ## pieces), not text; name it in --data to read it anyway")
+            texts = [p for p in texts if p not in vocabs]
+            if not texts:
+                raise DataError(f"folder {path} holds only a vocabulary ({', '.join(p.name for p in vocabs)}), "
+                                f"no text: put the training text in it as *.txt files")
+            parts += [("file", p) for p in texts]
+            unread = f"; not read: {', '.join(others[:3])}{', ...' * (len(others) > 3)}" if others else ""
+            labels.append(f"{path}/ ({len(texts)} *.txt file{'s' * (len(texts) > 1)}{unread})")
+        elif os.path.lexists(path):  # a file, or a FIFO / symlink loop: say which
+            parts.append(("file", Path(cli.regular_file(path, "data file"))))
+            labels.append(str(path))
+            if looks_like_vocabulary(path):
+                warnings.append(f"{path} looks like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), "
+                                f"not text; it is read as training text because --data names it")
+        else:
+            raise DataError(f"unknown data source {name!r}: use {', '.join(SOURCES)}, a file or a folder")
+    if not parts:
+        raise DataError("no data source given: pass toy, a hub source name, a file or a folder")
+    return Sources(parts, labels, warnings)
+
+
+def load_documents(data_spec, cache_dir=None):
+    """A datasets.Dataset with one "text" column, one document per row. data_spec is a
+    comma-separated list of SOURCES names, text files and folders (see _resolve for what a
+    folder gives); read_documents says how a text file splits into documents."""
+    return _load(_resolve(data_spec, cache_dir).parts)
+
+
+def _load(parts):
+    import datasets
+    sets = []
+    for kind, what in parts:
+        if kind == "file":
+            sets.append(datasets.Dataset.from_dict({"text": read_documents(what)}))
+            continue
+        repo, config, split, column, rows_per_doc = SOURCES[what]
+        try:
+            ds = datasets.load_dataset(repo, config, split=split).select_columns([column])
+        except Exception as e:  # offline, hub unreachable, dataset moved, ...
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise DataError(f"could not load {what} ({repo}) from the Hugging Face hub: {reason}; pass "
+                            f"local text files or folders of them as --data, or --data toy for the "
+                            f"offline toy corpus") from None
+        if column != "text":
+            ds = ds.rename_column(column, "text")
+        if rows_per_doc > 1:
+            ds = ds.map(lambda b: {"text": [" ".join(b["text"])]}, batched=True,
+                        batch_size=rows_per_doc)
+        sets.append(ds)
+    return sets[0] if len(sets) == 1 else datasets.concatenate_datasets(sets)
+
+
+def unavailable(data_spec, cache_dir=None):
+    """Why data_spec cannot be loaded now, found without loading it (None if nothing is found):
+    a name that is no source, or hub sources out of reach (offline and not cached). Asked when
+    the vocabulary is missing too, so that one message names everything missing."""
+    try:
+        parts = _resolve(data_spec, cache_dir).parts
+    except DataError as err:
+        return str(err)
+    import datasets
+    missing = []
+    for name in (what for kind, what in parts if kind == "hub"):
+        try:
+            datasets.load_dataset_builder(*SOURCES[name][:2])  # the hub's metadata or the local cache
+        except Exception as e:
+            missing.append(f"{name}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}")
+    return (f"nor can --data {data_spec} be loaded ({'; '.join(missing)}): pass local text files or folders "
+            f"of them as --data" if missing else None)
+
+
+def token_cache_path(data_spec, tokenizer, cache_dir=None):
+    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
+    file by path, size and mtime), the vocabulary and the array format."""
+    return _cache_path(_resolve(data_spec, cache_dir).parts, tokenizer, cache_dir)
+
+
+def _cache_path(parts, tokenizer, cache_dir):
+    cache_dir = Path(cache_dir or default_cache_dir())
+    sources = []
+    for kind, what in parts:
+        if kind == "file":
+            st = what.stat()
+            sources.append([str(what.resolve()), st.st_size, st.st_mtime_ns])
+        else:
+            sources.append(list(SOURCES[what]))
+    vocab = hashlib.sha256(Path(tokenizer.vocab_file).read_bytes()).hexdigest()
+    recipe = {"format": token_cache.FORMAT, "sources": sources, "vocab": vocab, "lower": tokenizer.do_lower_case}
+    key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()
+    return cache_dir / "tokens" / f"{key[:20]}.npy"
+
+
+def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
+    """Tokenise every document once into one flat array, documents separated (and ended)
+    by [SEP]; cached as .npy (with a manifest, .json) under a key of what made it, verified
+    before every use (a damaged cache is rebuilt, with a warning), returned as a read-only
+    memmap. Warnings and a line saying what was read go to `say` (default: stderr); so does a
+    line naming the cache when it is reused, if `say` is given (a run's log; other scripts stay
+    quiet). Under DDP rank 0 builds it; the others wait for cached_tokens."""
+    quiet_reuse, say = say is None, say or (lambda line: print(line, file=sys.stderr))
+    cache_dir = Path(cache_dir or default_cache_dir())
+    sources = _resolve(data_spec, cache_dir)
+    for warning in sources.warnings:
+        say(f"warning: {warning}")
+    path = _cache_path(sources.parts, tokenizer, cache_dir)
+    what = ", ".join(sources.labels)
+    tokens = token_cache.verified(path, tokenizer, say)
+    if tokens is None:
+        fingerprints = token_cache.source_fingerprints(sources.parts)  # taken before the text is read
+        token_cache.build(path, _load(sources.parts), fingerprints, tokenizer, num_proc,
+                          lambda line: say(f"data: {what}: {line}"))
+        tokens = np.load(path, mmap_mode="r")
+    elif not quiet_reuse:
+        say(f"data: {what}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
+    return tokens
+
+
+def cached_tokens(data_spec, tokenizer, cache_dir=None):
+    """data_spec's cached token array if it verifies (token_cache.verified), else None; says nothing and
+    removes nothing (what DDP's other ranks wait for while rank 0 builds it)."""
+    return token_cache.verified(token_cache_path(data_spec, tokenizer, cache_dir), tokenizer)
+
+
+def tokens_sha256(data_spec, tokenizer, cache_dir=None):
+    """The checksum of data_spec's token array, from the manifest tokenize_corpus verified: what a
+    run trains on (runs.Run records it, so that --resume can refuse other data)."""
+    manifest = token_cache_path(data_spec, tokenizer, cache_dir).with_suffix(".json")
+    return json.loads(manifest.read_text())["sha256"]

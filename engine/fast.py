@@ -1,0 +1,134 @@
+"""Speed equivalents: faster ways to compute what the plain code computes, kept apart from it.
+
+The reading path (taco.tc_loss, model.py's blocks) is the plain form. The training loops switch
+these on (taco.py and finetune.py by default; `--plain` or `--plain_tc` keep them off), and
+test_fast.py tests each against the plain form it replaces:
+
+    SampledCosines   taco.tc_loss's F.normalize + einsum over the (N, 1+K, H) gathered keys, in one
+                     step at linear cost, the normalisation folded into its backward
+    Dropout          nn.Dropout on CPU: 16-bit random integers instead of the serial Bernoulli
+                     sampler (~10% of a BERT-small CPU step)
+    attention        F.scaled_dot_product_attention with dropout on CPU, where SDPA has no fused
+                     kernel and its fallback adds scaling and masking passes and the serial sampler
+
+`speed_up(model)` puts Dropout and attention into a model; off the CPU, or without dropout, they
+hand over to the plain op, so installing them is always safe.
+"""
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+
+# ----------------------------------------------------------------------------- the TC cosines
+
+class SampledCosines(torch.autograd.Function):
+    """out[n, j] = cos(g[n], keys[cols[n, j]]) for unit-length keys, with a gradient to `g` only:
+    tc_loss's F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the
+    einsum's (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256),
+    which it writes, reads back and keeps for the backward.
+
+    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`similarity_route`):
+    the sampled entries of g @ keys.T alone (a sampled dense-dense product,
+    torch.sparse.sampled_addmm), or the whole product, a chunk of anchors at a time, then a pick;
+    divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
+    embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
+        d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
+    two in-place passes over g where F.normalize's own backward takes about six. Equal to the
+    plain form to float rounding (test_fast.py); keys must be detached.
+    """
+
+    @staticmethod
+    def forward(ctx, g, keys, cols):
+        if ctx.needs_input_grad[1]:
+            raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
+        inv = 1 / g.norm(dim=1).clamp_min(1e-12)  # 1 / |g[n]|; F.normalize's floor (its backward differs below it)
+        n, j = cols.shape
+        if similarity_route(n, len(keys), j, g.shape[1])[0] == "product":  # <= 1M dots (4 MB) per chunk
+            step = max(1, 2 ** 20 // len(keys))
+            dots = torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(g.split(step), cols.split(step))])
+        else:
+            with warnings.catch_warnings():  # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=g.device), cols.reshape(-1),
+                                                  g.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
+                dots = torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
+        out = dots * inv[:, None]
+        ctx.save_for_backward(g, keys, cols, inv, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        g, keys, cols, inv, out = ctx.saved_tensors
+        with torch.autocast(keys.device.type, enabled=False):  # backward runs under the caller's autocast
+            grad = grad.to(keys.dtype)
+            u = F.embedding_bag(cols, keys, per_sample_weights=grad, mode="sum")
+            s = (grad * out).sum(1) * inv  # s[n] / |g[n]|: then s[n] z[n] = this * g[n]
+            return u.addcmul_(g, s[:, None], value=-1).mul_(inv[:, None]), None, None
+
+
+PRODUCT_SPEEDUP = 16  # a matrix product does ~this many times more multiply-adds per second than sampled_addmm (CPU, measured)
+
+
+def similarity_route(n, m, j, h):
+    """The forward route of SampledCosines for n anchors, m keys, j sampled keys per anchor and
+    width h, and the multiply-adds of forward + backward. "product" (n x m, then pick) costs
+    n m h and "sampled" (sampled_addmm) n j h, but the product runs PRODUCT_SPEEDUP times faster
+    per multiply-add, so it wins while m <= PRODUCT_SPEEDUP * j. The backward is n j h either way."""
+    if m <= PRODUCT_SPEEDUP * j:
+        return "product", n * m * h + n * j * h
+    return "sampled", 2 * n * j * h
+
+
+# ----------------------------------------------------------------------------- CPU dropout and attention
+
+def dropout(x, p, training):
+    """BERT's dropout: zero each element with probability p, scale the others by 1 / (1 - p).
+
+    On CPU, F.dropout draws from a serial Bernoulli sampler that takes ~10% of a BERT-small
+    step. Here one 64-bit draw is split into four 16-bit integers, each compared with
+    p * 2^16: P(zero) is p rounded to a multiple of 2^-16 (0.1 -> 0.1000061), and the kept
+    elements are scaled by the exact inverse of the keep rate, so E[output] = x. About 3x
+    faster than F.dropout (2M elements, 2 threads). On GPU F.dropout is one fused kernel: kept.
+    """
+    drop = round(p * 2 ** 16)  # drop the 16-bit values below this threshold
+    if not (training and 0 < drop < 2 ** 16 and x.device.type == "cpu"):
+        return F.dropout(x, p, training)
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)  # uniform 64-bit
+    keep = bits.view(torch.int16)[:n].view(x.shape) >= drop - 2 ** 15  # P(keep) = 1 - drop / 2^16
+    return x * keep.to(x.dtype).mul_(2 ** 16 / (2 ** 16 - drop))
+
+
+class Dropout(nn.Dropout):
+    """nn.Dropout through `dropout` above."""
+
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
+
+
+def attention(q, k, v, attn_mask=None, dropout_p=0.0):
+    """F.scaled_dot_product_attention's softmax(q k^T / sqrt(hs)) v over the keys that `attn_mask`
+    allows (True = may attend), with dropout on the attention weights: SDPA itself, or its steps
+    written out for CPU fp32 training."""
+    if not (dropout_p > 0 and q.is_cpu and q.dtype == torch.float32):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    att = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)  # (B, nh, T, T)
+    if attn_mask is not None:  # padding keys get the lowest score, not -inf: never NaN
+        att = att.masked_fill(~attn_mask, torch.finfo(att.dtype).min)
+    return dropout(att.softmax(-1), dropout_p, True) @ v  # (B, nh, T, hs)
+
+
+def speed_up(model):
+    """Put the CPU equivalents into `model` (in place; returns it): every nn.Dropout becomes
+    `Dropout`, every attention (model.SelfAttention: a module with an `attend`) computes its core by
+    `attention`. Weights are untouched."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if type(child) is nn.Dropout:
+                setattr(module, name, Dropout(child.p))
+        if hasattr(module, "attend"):
+            module.attend = attention
+    return model

@@ -1,0 +1,571 @@
+"""A run's engineering, shared by every script: everything about a run that is not the method.
+
+    the folder    one run per --out (RunLock); signals that stop a run at a step boundary
+    processes     torchrun's ranks: set-up, teardown, agreement across ranks
+    seeds         every step's random numbers from (seed, step, rank): exact resume
+    Run           the moments of taco.py's train(), one call each
+
+What a run writes and reads back (files, checkpoints, the weights it starts from) is in
+checkpoints.py. User mistakes are cli.UsageError: one `error:` line, exit 2 (docs/robustness.md).
+"""
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import asdict
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+from engine import checkpoints
+from engine import cli
+from engine.cli import UsageError
+from data import DataError, load_tokenizer, make_blocks
+from engine.corpus import cached_tokens, tokenize_corpus, tokens_sha256, unavailable
+
+
+# ----------------------------------------------------------------------------- one run per folder, signals
+
+class RunLock:
+    """Exclusive use of a run folder: flock on FOLDER/.lock, which the kernel drops when its
+    owner dies (even by kill -9), so a lock is never stuck: a dead owner's is taken over with
+    a note. Under torchrun only rank 0 takes it. Creates the folder if needed; if the run
+    ends having written nothing else, it removes the folder again."""
+
+    def __init__(self, folder, flag="--out"):
+        cli.output_path(folder, flag, folder=True)
+        self.folder, self.created = folder, not os.path.exists(folder)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            self.fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise UsageError(f"cannot write to {flag} {folder}: {err.strerror}") from None
+        owner = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise UsageError(f"{flag} {folder} is in use by another run (process {owner or '?'}); "
+                             f"wait for it to end, or pick another {flag}") from None
+        if owner:
+            print(f"note: {folder}: taking over the lock of process {owner}, which ended without "
+                  f"releasing it (killed?)", file=sys.stderr)
+        os.ftruncate(self.fd, 0)
+        try:
+            os.pwrite(self.fd, f"{os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        except OSError as err:  # a full disk: leave nothing, say where
+            self.release()
+            if cli.disk_full(err):
+                raise cli.DiskFull(folder, 100, f"the lock of {flag}") from None
+            raise
+
+    def release(self):
+        os.ftruncate(self.fd, 0)  # empty: released cleanly
+        os.close(self.fd)
+        if self.created and os.listdir(self.folder) == [".lock"]:
+            os.remove(os.path.join(self.folder, ".lock"))
+            os.rmdir(self.folder)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class StopSignals:
+    """While active, a first SIGINT / SIGTERM sets `signum`: the loop saves and stops at the next
+    step boundary. A second one, of either kind, stops the process at once, exit 128 + its number,
+    after printing `at_once(its name)` (what is saved). A step can take minutes on a CPU, much of
+    it in one backward pass, during which Python runs no signal handler: a thread sees each
+    signal the moment it arrives (signal.set_wakeup_fd), tells `say` of the first, and ends the
+    process at the second (os._exit: checkpoints are atomic, a torn metrics line is tolerated)."""
+
+    def __init__(self, say=None, at_once=lambda name: ""):
+        self.say, self.at_once = say, at_once
+
+    def __enter__(self):
+        self.signum, self.seen = 0, 0
+        self.old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.wake = socket.socketpair()  # the interpreter writes each signal's number into wake[1]
+        self.wake[1].setblocking(False)
+        self.old_fd = signal.set_wakeup_fd(self.wake[1].fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, daemon=True).start()
+        return self
+
+    def _handle(self, signum, frame):  # the main thread, at its next Python instruction: the loop's flag
+        self.signum = self.signum or signum
+
+    def _watch(self):
+        while (signum := self.wake[0].recv(1)[0]) != 0:  # 0: __exit__ ends the watch
+            if signum not in (signal.SIGINT, signal.SIGTERM):
+                continue
+            self.seen += 1
+            name = signal.Signals(signum).name
+            if self.seen == 1 and self.say:
+                self.say(f"{name}: stopping after this step, once it is saved; a second signal stops at once")
+            elif self.seen > 1:
+                if message := self.at_once(name):
+                    print(message, file=sys.stderr)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(128 + signum)
+        for end in self.wake:
+            end.close()
+
+    def __exit__(self, *exc):
+        signal.set_wakeup_fd(self.old_fd)
+        self.wake[1].setblocking(True)
+        self.wake[1].send(b"\0")
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+
+
+# ----------------------------------------------------------------------------- processes
+
+def setup_distributed(device_arg):
+    """torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a plain `python taco.py` is rank 0 of 1."""
+    device = cli.device(device_arg)  # one line if it cannot be used here
+    device_type = device.type
+    if "RANK" not in os.environ:
+        return 0, 0, 1, device
+    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    if device_type == "cuda":
+        here, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", 1)), torch.cuda.device_count()
+        if here > gpus:  # each process takes the GPU of its local rank
+            raise UsageError(f"torchrun started {here} processes on this machine, which has {gpus} CUDA device"
+                             f"{'s' * (gpus != 1)}: pass --nproc_per_node={gpus} (or --device cpu)")
+        torch.cuda.set_device(local_rank)
+    # torchrun restarts workers against the same key-value store, which still holds the
+    # dead workers' addresses; a prefix per attempt keeps the new ones from reading them.
+    store, _, _ = next(dist.rendezvous("env://"))
+    store = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo",
+                            store=store, rank=rank, world_size=world)
+    return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
+
+
+def all_ranks_max(flags):
+    """The elementwise maximum of a tensor of flags over all ranks, as floats (one host sync)."""
+    if dist.is_initialized():
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return flags.tolist()
+
+
+def gather_pool(keys, real, group):
+    """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T)
+    of every rank's micro-batch, in rank order, and the rows of this rank's sequences among them.
+    all_gather carries no gradient: no gradient crosses ranks."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    parts = [[torch.empty_like(t) for _ in range(world)] for t in (keys, real.to(torch.uint8))]
+    dist.all_gather(parts[0], keys.contiguous(), group=group)
+    dist.all_gather(parts[1], real.to(torch.uint8).contiguous(), group=group)
+    B = real.shape[0]
+    return torch.cat(parts[0]), torch.cat(parts[1]).bool(), slice(rank * B, (rank + 1) * B)
+
+
+# ----------------------------------------------------------------------------- per-step seeds
+
+def step_seed(seed, step, rank):
+    """Every step reseeds from (seed, step, rank): resuming needs no RNG state to be exact."""
+    return hash((seed, step, rank)) & (2 ** 62 - 1)  # hashing ints is stable across runs
+
+
+# ----------------------------------------------------------------------------- a pre-training run
+
+class Run:
+    """The engineering of one taco.py run, in the order train() meets it:
+
+        Run(args, cleanup)          torchrun's ranks (or one process), CPU threads
+        warn(message)               a `warning:` line, from rank 0 only
+        open()                      --out and its lock; the checkpoint to resume from
+        tokenizer()                 --vocab's (if it is missing, one message names all that is missing)
+        data(tok)                   the corpus as blocks (tokenised once, on rank 0, and cached)
+        prepare(resumable, init)    refuse to clobber another run or to resume with other settings
+        precision()                 autocast and the fp16 gradient scaler
+        restore(raw, opt, scaler)   weights, optimizer and step of the checkpoint, when resuming
+        wrap(raw)                   torch.compile, DDP
+        finished(start)             a resumed run already at --steps: nothing to do
+        begin(...)                  config.json, vocab.txt, the start line (what the run will cost)
+        steps(start)                the bar or log lines; SIGINT / SIGTERM stop at a step boundary, twice at once
+        reseed(step)                the step's random generators
+        micro_step(model, i, n)     under DDP, whether this micro-step's backward all-reduces; an early estimate
+        finite(step, losses, norm)  every rank agrees the step is finite (the same sync agrees on signals)
+        eval_due(done), log(...)    when to evaluate; the bar, log lines, an estimate, metrics.jsonl
+        save_due(done), save(...)   when to checkpoint (a stop signal makes it now); the checkpoint
+        stop_if_signalled(done)     after saving, every rank stops (exit 130 / 143)
+        end()                       the summary line
+
+    `cleanup` (an ExitStack) releases on any exit what the run holds: the lock, the signal
+    handlers, the process group.
+    """
+
+    def __init__(self, args, cleanup):
+        self.args, self.cleanup = args, cleanup
+        self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
+        if self.world > 1:
+            cleanup.callback(dist.destroy_process_group)
+        self.master = self.rank == 0
+        self.threads = cli.set_threads(args.threads)
+        if args.compile:
+            cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
+        self.skipped, self.signum, self.last_ckpt, self.last_eval = 0, 0, None, None
+
+    def warn(self, message):
+        if self.master:
+            print(f"warning: {message}", file=sys.stderr)
+
+    def say(self, line):
+        """A line on stderr from rank 0, above the progress bar if one is drawn."""
+        if self.master:
+            tqdm.write(line, file=sys.stderr)
+
+    def open(self):
+        """Take --out (rank 0) before anything in it is read or written; find the newest valid
+        checkpoint to resume from (--resume, or a worker restarted by torchrun --max_restarts)."""
+        args = self.args
+        if self.master:
+            self.cleanup.enter_context(RunLock(args.out))
+            checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
+        self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
+        self.resume_from = checkpoints.latest_checkpoint(args.out) if args.resume or self.restarted else None
+        # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)
+        unsaved = [checkpoints.stopped_before_first_checkpoint(args.out) if self.master else None]
+        if self.world > 1:
+            dist.broadcast_object_list(unsaved, src=0)
+        self.unsaved = unsaved[0]
+        if args.resume and not (self.resume_from or self.restarted or self.unsaved):
+            raise UsageError(f"--resume: no valid checkpoint in {args.out}")
+        self.resuming = self.resume_from is not None
+
+    def tokenizer(self):
+        """--vocab's tokenizer. If it cannot be had, --data is checked too (without loading it),
+        so that one message names everything missing (the paper's run offline: both)."""
+        try:
+            return load_tokenizer(self.args.vocab, self.args.cache_dir)
+        except DataError as err:
+            also = unavailable(self.args.data, self.args.cache_dir)
+            if also:
+                raise DataError(f"{err}; {also}") from None
+            raise
+
+    def data(self, tok):
+        """-> (training blocks, held-out blocks: the corpus's tail). Rank 0 tokenises and caches
+        (hours for the paper's corpora); the others wait for its verified cache, not in a collective
+        that would time out (NCCL: 10 min); torchrun ends them if rank 0 fails. Records what the
+        run depends on: the vocabulary's and the token array's checksums."""
+        args = self.args
+        if self.master:
+            tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
+        else:
+            while (tokens := cached_tokens(args.data, tok, args.cache_dir)) is None:
+                time.sleep(2)
+        self.depends = {"vocab_sha256": checkpoints.sha256(tok.vocab_file), "tokens_sha256": tokens_sha256(args.data, tok, args.cache_dir)}
+        blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
+        n_eval = min(args.eval_blocks, len(blocks) // 10)
+        return blocks.split(len(blocks) - n_eval)
+
+    def prepare(self, resumable, init=None):
+        """Refuse to clobber another run; on resume, refuse a changed configuration (the settings
+        compared are the checkpoint's own; config.json is a copy for people to read); a resumed
+        TaCL run must find the same --init its teacher was built from."""
+        args = self.args
+        self.checkpoint = checkpoints.load_checkpoint(self.resume_from, checkpoints.RESUME) if self.resuming else None
+        if self.master:
+            if self.resuming:
+                old = self.checkpoint["args"]
+                changed = sorted(k for k, v in vars(args).items() if k not in resumable and old.get(k) != v)
+                if changed and not args.force:
+                    raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
+                                     f"{', '.join(changed)}; pass --force to accept them")
+                check_same_inputs(self.checkpoint.get("depends"), self.depends, args, self.warn)
+                if args.objective == "tacl" and not args.force:
+                    check_teacher_unchanged(args.out, init.source)
+            elif os.path.exists(os.path.join(args.out, "config.json")) or checkpoints.list_checkpoints(args.out):
+                if not (args.force or self.restarted or self.unsaved):
+                    raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
+                                     f"--force to overwrite it, or another --out")
+                if self.unsaved and not (args.force or self.restarted):
+                    first, logged = self.unsaved[1], self.unsaved[0]
+                    print(f"note: {args.out} holds a run that stopped before its first checkpoint (step {first}; "
+                          f"its log ends at step {logged}): nothing to lose, starting it over", file=sys.stderr)
+                for name in os.listdir(args.out):
+                    if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
+                        os.remove(os.path.join(args.out, name))
+        if self.world > 1:
+            dist.barrier()
+
+    def precision(self):
+        """-> (autocast context, GradScaler): --dtype, by default bf16 on capable CUDA, else fp32;
+        the scaler is on for fp16 only."""
+        cuda = self.device.type == "cuda"
+        self.dtype = self.args.dtype or ("bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32")
+        autocast = (contextlib.nullcontext() if self.dtype == "fp32" else
+                    torch.autocast(self.device.type, dtype=torch.bfloat16 if self.dtype == "bf16" else torch.float16))
+        return autocast, torch.amp.GradScaler(self.device.type, enabled=self.dtype == "fp16")
+
+    def restore(self, raw, optimizer, scaler):
+        """Resuming: the checkpoint's weights, optimizer and scaler state -> the step to start at."""
+        if not self.resuming:
+            return 0
+        ckpt, args = self.checkpoint, self.args
+        try:
+            raw.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scaler.load_state_dict(ckpt["scaler"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:
+            was = ckpt["args"].get("objective")
+            if was != args.objective:  # only with --force: RetroMAE's model has a decoder, the others not
+                raise UsageError(f"--resume: {self.resume_from} holds a {was} run's model, which --objective "
+                                 f"{args.objective} cannot continue, even with --force; resume with --objective {was}, "
+                                 f"or start a new --out with --init {args.out}") from err
+            cfg = ckpt["model_config"]
+            raise UsageError(f"{self.resume_from} holds another model ({cfg.get('hidden_size')} hidden, "
+                             f"{cfg.get('num_hidden_layers')} layers) or optimizer than --size {args.size} builds; "
+                             f"resume with its settings or start a new --out") from err
+        self.skipped = ckpt.get("skipped", 0)
+        return ckpt["step"]
+
+    def wrap(self, raw):
+        """The module the loop calls: `raw`, compiled with --compile, in DDP under torchrun."""
+        model = torch.compile(raw) if self.args.compile else raw
+        if self.world > 1:
+            model = DDP(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None)
+        return model
+
+    def finished(self, start):
+        """A run resumed at --steps or later has nothing to do: say so."""
+        if start >= self.args.steps and self.master:
+            print(f"{self.args.out} is already at step {start} (--steps {self.args.steps}): nothing to do")
+        return start >= self.args.steps
+
+    def begin(self, raw, cfg, tok, batches, eval_blocks, init=None):
+        """Rank 0 writes config.json (every resolved setting) and vocab.txt, drops the metrics
+        logged after the checkpoint it resumes from, and prints the start line."""
+        args, start = self.args, self.checkpoint["step"] if self.resuming else 0
+        train_blocks, accum = batches.blocks, batches.accumulation
+        self.cfg, self.steps_per_epoch, self.n_eval = cfg, batches.per_epoch, len(eval_blocks)
+        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        if not self.master:
+            return
+        params = sum(p.numel() for p in raw.parameters())
+        logged = checkpoints.read_jsonl(self.metrics) if self.resuming and os.path.exists(self.metrics) else []
+        checkpoints.write_json(os.path.join(args.out, "config.json"), {
+            "args": vars(args), "model_config": asdict(cfg), "world_size": self.world, "accumulation": accum,
+            "dtype": self.dtype, "train_blocks": len(train_blocks), "eval_blocks": len(eval_blocks),
+            "parameters": params, "depends": self.depends, "init": init and {
+                "source": init.source, "sha256": checkpoints.sha256(init.source) if os.path.isfile(init.source) else None}})
+        checkpoints.copy_vocab(tok.vocab_file, args.out)
+        if self.resuming:  # drop lines logged after the checkpoint (and a line torn by a kill)
+            checkpoints.write_jsonl(self.metrics, [r for r in logged if r.get("step", 0) <= start])
+        threads, why = self.threads
+        cpu = f" ({threads} thread{'s' * (threads > 1)}: {why})" if self.device.type == "cpu" else ""
+        tokens = args.steps * args.batch_size * args.max_len  # what the run will cost, before it starts
+        epochs = args.steps * args.batch_size / len(train_blocks)
+        model = f"{cfg.num_hidden_layers} x {cfg.hidden_size} from --init" if init else args.size
+        print(f"{args.objective} | {model} ({params / 1e6:.1f}M params) | {args.steps:,} steps x "
+              f"{args.batch_size} x {args.max_len} tokens = {count(tokens)} tokens ({epochs:.3g} epochs of "
+              f"{len(train_blocks):,} blocks) | batch {args.batch_size} = {self.world} x {accum} x "
+              f"{args.device_batch_size} | {self.dtype} on {self.device.type}{cpu}"
+              + (f" | init {init.source} | recipe {args.recipe} ({args.recipe_why})" if init else "")
+              + (f" | resumed at step {start}" if self.resuming else ""))
+
+    def steps(self, start):
+        """The steps start .. --steps - 1 under a progress bar (rank 0, on a terminal; elsewhere,
+        such as a log file, a line every --log_every steps). From here on a first SIGINT / SIGTERM
+        asks the loop to save and stop at the next step boundary; a second one stops at once."""
+        self.stop = self.cleanup.enter_context(StopSignals(self.master and self.say, self.stopped_at_once))
+        self.plain = not sys.stderr.isatty()  # tqdm would write ~250 bytes a step into a log
+        self.bar = tqdm(range(start, self.args.steps), initial=start, total=self.args.steps,
+                        disable=not self.master or self.plain, dynamic_ncols=True, desc="train")
+        self.start, self.done, self.estimated = start, start, False
+        self.tokens_seen, self.t0 = 0, time.time()
+        return self.bar
+
+    def reseed(self, step):
+        """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws
+        what an unbroken one would: dropout (torch's global generator), masking (a CPU generator,
+        returned first) and TC's sampling (returned second: on a GPU a generator of its own; on
+        the CPU the masking one, drawn on after it; with --negatives_from global, rank 0's, so
+        that every rank draws the same global sample)."""
+        seed, rank, device = self.args.seed, self.rank, self.device
+        torch.manual_seed(step_seed(seed, step, rank))
+        masking = torch.Generator().manual_seed(step_seed(seed + 1, step, rank))
+        sampling = (masking if device.type == "cpu" else
+                    torch.Generator(device).manual_seed(step_seed(seed + 2, step, rank)))
+        if self.args.negatives_from == "global":
+            sampling = torch.Generator(device).manual_seed(step_seed(seed + 2, step, 0))
+        return masking, sampling
+
+    def micro_step(self, model, i, n):
+        """Before micro-batch i of n: under DDP, all-reduce the gradients in its backward only if it
+        is the last. A first step that takes long (minutes on a CPU) gives the estimate from its
+        first micro-batches, after 30 s."""
+        if self.world > 1:
+            model.require_backward_grad_sync = i == n - 1
+        elapsed = time.time() - self.t0
+        if i and self.done == self.start and elapsed >= 30:
+            self.estimate(elapsed / i * n, f"the first {i} of a step's {n} micro-batches")
+
+    def finite(self, step, losses, grad_norm):
+        """True if the step's losses and gradient norm are finite on every rank (fp16's scaler
+        handles overflowing gradients itself). One host sync, which also agrees on a stop signal.
+        A non-finite step stops the run (exit 3), or with --skip_nonfinite is skipped and counted."""
+        ok = torch.isfinite(losses).all() & (torch.isfinite(grad_norm) | (self.dtype == "fp16"))
+        flags = torch.stack([(~ok).float(), torch.full((), float(self.stop.signum), device=self.device)])
+        bad, self.signum = all_ranks_max(flags)
+        if not bad:
+            return True
+        if not self.args.skip_nonfinite:
+            raise FloatingPointError(f"non-finite loss or gradient at step {step}; last good checkpoint: "
+                                     f"{self.last_ckpt or self.resume_from or 'none'} (resume with --resume, "
+                                     f"maybe a lower --lr, or pass --skip_nonfinite)")
+        self.skipped += 1
+        return False
+
+    def eval_due(self, done):
+        """Evaluate after this step? Rank 0, every --eval_every steps and at the end."""
+        return (self.master and self.n_eval > 0
+                and (done % self.args.eval_every == 0 or done == self.args.steps))
+
+    def log(self, done, losses, lr, grad_norm, evals):
+        """Rank 0: the bar every step (in a log: a line every --log_every steps), a line at each
+        evaluation, once an estimate of the time left; a metrics.jsonl record every --log_every
+        steps and with every evaluation."""
+        args, self.done = self.args, done
+        self.tokens_seen += args.batch_size * args.max_len
+        if not self.master:
+            return
+        loss, mlm, tc, tp = losses.tolist()
+        elapsed, steps, aux = time.time() - self.t0, done - self.start, AUX_LOSS[args.objective]
+        tok_s, due = self.tokens_seen / elapsed, done % args.log_every == 0 or done == args.steps
+        shown = {"loss": loss, "mlm": mlm, aux: tc, "tp": tp if args.predict_all else None}
+        shown = {k: f"{v:.3f}" for k, v in shown.items() if k and v is not None}  # each objective's own loss
+        self.last_eval, left = evals or self.last_eval, (args.steps - done) * elapsed / steps  # seconds, at this pace
+        if not self.plain:
+            ctx = {"ctx": f"{self.last_eval['ctx_score']:.3f}"} if self.last_eval else {}
+            self.bar.set_postfix(**shown, lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}", **ctx)
+        elif due:
+            self.say(f"step {done}/{args.steps} | {' '.join(f'{k} {v}' for k, v in shown.items())} | lr {lr:.1e} | "
+                     f"{tok_s:,.0f} tok/s | {duration(elapsed)}" + f", ~{duration(left)} left" * (left > 0))
+        if evals:
+            held_out = (f"held-out MLM loss {evals['eval_mlm_loss']:.3f} (accuracy {evals['eval_mlm_acc']:.3f})"
+                        if "eval_mlm_loss" in evals else "no held-out MLM (masking chose no held-out token)")
+            self.say(f"step {done}: {held_out}; contextual score {evals['ctx_score']:.3f} (intra "
+                     f"{evals['ctx_intra']:.3f} - inter {evals['ctx_inter']:.3f}; within documents "
+                     f"{evals['ctx_doc_score']:.3f})")
+        if left and (steps >= 20 or elapsed >= 30):
+            self.estimate(elapsed / steps, f"the first {steps} step{'s' * (steps > 1)}")
+        record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm":
+                  grad_norm.item(), "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
+        if record or evals:
+            checkpoints.append_jsonl(self.metrics, {"step": done, **record, **evals})
+
+    def estimate(self, per_step, basis):
+        """Once, early in the run (rank 0): how long the steps left take at this pace."""
+        if self.master and not self.estimated:
+            self.estimated, left = True, self.args.steps - self.done
+            self.say(f"estimate: {duration(per_step)} a step here (from {basis}): the {left:,} steps left take "
+                     f"~{duration(left * per_step)}")
+
+    def save_due(self, done):
+        """Save after this step? Every --save_every steps, at the end, and when a signal stops the run."""
+        return done % self.args.save_every == 0 or done == self.args.steps or self.stopping(done)
+
+    def stopping(self, done):
+        return bool(self.signum) and done < self.args.steps
+
+    def save(self, done, raw, optimizer, scaler):
+        """Rank 0 writes the checkpoint of step `done` (everything exact resume needs)."""
+        if self.master:
+            self.last_ckpt = checkpoints.save_checkpoint(self.args.out, {
+                "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                "step": done, "skipped": self.skipped, "model_config": asdict(self.cfg), "args": vars(self.args),
+                "depends": self.depends,
+                "data_position": {"epoch": done // self.steps_per_epoch, "batch": done % self.steps_per_epoch}},
+                self.args.keep_last)
+
+    def stop_if_signalled(self, done):
+        """After a signal: every rank stops after the same step, once rank 0 has saved it (exit 130 / 143)."""
+        if not self.stopping(done):
+            return
+        if self.world > 1:
+            dist.barrier()
+        name = signal.Signals(int(self.signum)).name
+        raise cli.Interrupted(int(self.signum), f"stopped by {name} after step {done}: saved {self.last_ckpt}; "
+                              f"to continue, run the same command with --resume" if self.master else "")
+
+    def stopped_at_once(self, name):
+        """The message of a second signal (rank 0): the steps since the last checkpoint are lost."""
+        last = self.last_ckpt or self.resume_from
+        saved = (f"the last checkpoint is {last}: to continue from it, run the same command with --resume" if last
+                 else "no checkpoint was saved yet: the same command starts the run over")
+        return f"stopped at once by a second {name} after step {self.done} (not saved); {saved}" if self.master else ""
+
+    def end(self):
+        """The summary line of the last evaluation; every rank leaves together."""
+        ev = self.last_eval
+        if self.master and ev:
+            mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}" if "eval_mlm_loss" in ev
+                   else "no eval MLM (masking chose no held-out token)")
+            print(f"done: {mlm}, contextual score {ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, "
+                  f"inter {ev['ctx_inter']:.3f}); run in {self.args.out}")
+        if self.world > 1:
+            dist.barrier()
+
+
+# The name of the loss compute_loss returns third (logged as "tc", as the bar names it): TACO's TC
+# loss, TaCL's, RetroMAE's decoder loss; MLM has none.
+AUX_LOSS = {"taco": "tc", "tacl": "tacl", "retromae": "dec", "mlm": None}
+
+
+def duration(seconds):
+    """4.2 s, 3.5 min, 2.1 h, 12.3 days, 98.5 years."""
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def count(n):
+    """163.8B, 2.5M, 4.1k."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def check_same_inputs(recorded, now, args, warn):
+    """--resume: the vocabulary and the token array must be the ones the run was trained on (their
+    checksums, recorded in every checkpoint); with --force a change is a warning. Checkpoints
+    from before this record have nothing to compare."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    if recorded.get("vocab_sha256") not in (None, now["vocab_sha256"]):
+        problem = (f"--vocab {args.vocab} is not the vocabulary this run was trained with (its sha256 changed); "
+                   f"pass the run's own {os.path.join(args.out, 'vocab.txt')} as --vocab")
+    elif recorded.get("tokens_sha256") not in (None, now["tokens_sha256"]):
+        problem = (f"--data {args.data} gives other tokens than this run was trained on (the token array's "
+                   f"sha256 changed): the data changed since; resume with the data it was trained on")
+    else:
+        return
+    if not args.force:
+        raise UsageError(f"--resume: {problem}, or pass --force to continue anyway (not an exact resume)")
+    warn(f"--resume --force: {problem.split(';')[0]}; continuing on it (not an exact resume)")
+
+
+def check_teacher_unchanged(out, source):
+    """A resumed tacl run rebuilds its teacher from --init: refuse an init that changed since
+    (e.g. --init RUN whose newest checkpoint is now another one)."""
+    try:
+        recorded = checkpoints.read_json(os.path.join(out, "config.json")).get("init") or {}
+    except (OSError, UsageError):  # no (readable) config.json: nothing recorded to compare with
+        return
+    if recorded.get("sha256") != (checkpoints.sha256(source) if os.path.isfile(source) else None):
+        raise UsageError(f"--init now gives {source}, not the {recorded.get('source')} this run's TaCL teacher "
+                         f"was built from; resume with that one or pass --force")

@@ -1,0 +1,300 @@
+"""What a fine-tuning task is, and how its files are read: GLUE's eight tasks and the toy pair task
+(TASKS), a task of your own described by its files (folder_task), reading TSV / CSV / JSON(L)
+splits (load_split), and the metrics that score them.
+
+    python finetune.py --task sst2                 # a GLUE task by name (data from the hub, or --data_dir)
+    python finetune.py --task path/to/reviews      # your own: train.tsv, dev.tsv (or validation.tsv),
+                                                   # labels.txt (optional), test.tsv (optional)
+"""
+import csv
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine import cli
+
+class FinetuneError(cli.UsageError):
+    """A user mistake (missing file, unknown task, ...): reported as one line, exit code 2."""
+
+
+# ----------------------------------------------------------------------------- tasks
+
+@dataclass(frozen=True)
+class Task:
+    name: str              # GLUE's: the data folder and the prediction file
+    hub: str | None        # config of nyu-mll/glue on the hub
+    text: tuple            # text columns on the hub and in CSV / JSON files (label: "label")
+    tsv: tuple             # text columns, then the label column, of the original GLUE TSV
+    labels: tuple | None   # label names in the hub's order; None = regression
+    metrics: tuple         # their mean on the first dev set is the task's main score
+    evals: tuple = (("", "dev", "test"),)  # (metric suffix, dev split, test split)
+    no_header: tuple = ()  # column names of train / dev files that have no header row
+
+
+BINARY, NLI = ("0", "1"), ("entailment", "not_entailment")
+TASKS = {  # WNLI is left out, as in the paper
+    "cola": Task("CoLA", "cola", ("sentence",), ("sentence", "label"), BINARY, ("mcc",),
+                 no_header=("source", "label", "original_label", "sentence")),
+    "sst2": Task("SST-2", "sst2", ("sentence",), ("sentence", "label"), BINARY, ("acc",)),
+    "mrpc": Task("MRPC", "mrpc", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"),
+                 BINARY, ("f1", "acc")),
+    "stsb": Task("STS-B", "stsb", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"),
+                 None, ("pearson", "spearman")),
+    "qqp": Task("QQP", "qqp", ("question1", "question2"), ("question1", "question2", "is_duplicate"),
+                BINARY, ("f1", "acc")),
+    "mnli": Task("MNLI", "mnli", ("premise", "hypothesis"), ("sentence1", "sentence2", "gold_label"),
+                 ("entailment", "neutral", "contradiction"), ("acc",),
+                 evals=(("m", "dev_matched", "test_matched"), ("mm", "dev_mismatched", "test_mismatched"))),
+    "qnli": Task("QNLI", "qnli", ("question", "sentence"), ("question", "sentence", "label"), NLI, ("acc",)),
+    "rte": Task("RTE", "rte", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), NLI, ("acc",)),
+    # the toy corpus's task: do two sentences share a topic? (GLUE TSV layout, 0/1 labels)
+    "toy": Task("toy", None, ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"),
+                BINARY, ("acc", "f1")),
+}
+GLUE = [t for t in TASKS if t != "toy"]
+
+# ----------------------------------------------------------------------------- metrics
+# Degenerate inputs (one class, constant predictions) score 0 rather than NaN.
+
+def accuracy(preds, labels):
+    preds, labels = np.asarray(preds), np.asarray(labels)
+    return float((preds == labels).mean()) if len(labels) else 0.0
+
+
+def f1_score(preds, labels):
+    """F1 of the positive class 1."""
+    preds, labels = np.asarray(preds) == 1, np.asarray(labels) == 1
+    tp, fp, fn = (preds & labels).sum(), (preds & ~labels).sum(), (~preds & labels).sum()
+    return float(2 * tp / (2 * tp + fp + fn)) if tp else 0.0
+
+
+def matthews_corrcoef(preds, labels):
+    """Matthews correlation, multi-class form (Gorodkin 2004): binary MCC for two classes."""
+    preds, labels = np.asarray(preds, dtype=np.int64), np.asarray(labels, dtype=np.int64)
+    k = int(max(preds.max(initial=0), labels.max(initial=0))) + 1
+    C = np.bincount(labels * k + preds, minlength=k * k).reshape(k, k).astype(np.float64)
+    t, p, c, s = C.sum(1), C.sum(0), np.trace(C), C.sum()
+    den = math.sqrt((s * s - p @ p) * (s * s - t @ t))
+    return float((c * s - t @ p) / den) if den else 0.0
+
+
+def pearson(x, y):
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:  # a constant has no correlation
+        return 0.0
+    x, y = x - x.mean(), y - y.mean()
+    return float((x @ y) / math.sqrt((x @ x) * (y @ y)))
+
+
+def _ranks(x):
+    """1-based ranks; tied values share the average of their ranks."""
+    x = np.asarray(x, dtype=np.float64)
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)
+    _, group = np.unique(x, return_inverse=True)
+    return (np.bincount(group, ranks) / np.bincount(group))[group]
+
+
+def spearman(x, y):
+    return pearson(_ranks(x), _ranks(y))
+
+
+METRICS = {"acc": accuracy, "f1": f1_score, "mcc": matthews_corrcoef,
+           "pearson": pearson, "spearman": spearman}
+
+# ----------------------------------------------------------------------------- data
+
+def read_table(path, names=()):
+    """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON(L) file."""
+    with open(cli.regular_file(path), encoding="utf-8-sig", newline="") as f:  # -sig: MRPC's files open with a BOM
+        if path.endswith(".tsv"):  # GLUE quotes nothing: a '"' is text (csv.QUOTE_NONE)
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+            header = list(names) or (rows.pop(0) if rows else [])
+            # a tab at the end of every line (some exports) is not a column
+            rows = [r[:-1] if len(r) == len(header) + 1 and r[-1] == "" else r for r in rows]
+            good = [r for r in rows if len(r) == len(header)]
+            if rows and not good:
+                raise FinetuneError(f"no row of {path} has the {len(header)} tab-separated fields of its "
+                                    f"header ({', '.join(header)}); its first row has {len(rows[0])}")
+            if len(good) < len(rows):  # a few lines of GLUE's QQP train.tsv lack fields
+                print(f"warning: skipped {len(rows) - len(good)} malformed rows of {path}", file=sys.stderr)
+            return {h: [r[i] for r in good] for i, h in enumerate(header)}
+        if path.endswith(".csv"):
+            rows = list(csv.DictReader(f))
+        else:
+            text = f.read()
+            try:
+                rows = json.loads(text)  # a JSON array ...
+            except json.JSONDecodeError:  # ... or JSON lines
+                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            rows = [rows] if isinstance(rows, dict) else rows
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise FinetuneError(f"{path}: expected JSON objects (one per example), one per line or in an array")
+        return {k: [r.get(k) for r in rows] for k in (rows[0] if rows else {})}
+
+
+def load_split(task, split, data_dir=None, cache_dir=None):
+    """One split: {"a": texts, "b": texts or None, "labels": array or None (test), "index": ids}."""
+    if data_dir is None:
+        from datasets import load_dataset  # a slow import, needed only for the hub
+        where = f"nyu-mll/glue {task.hub} {split.replace('dev', 'validation')}"
+        try:
+            cols = load_dataset("nyu-mll/glue", task.hub, split=split.replace("dev", "validation"),
+                                cache_dir=cache_dir).to_dict()
+        except Exception as err:  # offline, no such split, ...: one line, not a traceback
+            raise FinetuneError(f"cannot load {where} from the hub ({err.__class__.__name__}); "
+                                f"offline, pass --data_dir with the GLUE files") from err
+    else:
+        where = split_file(data_dir, split)
+        if where is None:
+            raise FinetuneError(f"{data_dir} has no {split}.tsv (nor .csv/.jsonl/.json); point --data_dir "
+                                f"(or --task) at the folder of {task.name}'s files")
+        cols = parsed(where, read_table, where, task.no_header if split in ("train", "dev") else ())
+    return to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
+
+
+def to_examples(task, cols, where, labelled=True):
+    """Columns of a file -> {"a": texts, "b": texts or None, "labels": array or None, "index": ids}."""
+    n = len(next(iter(cols.values()), []))
+    if n == 0:
+        raise FinetuneError(f"{where} is empty; {task.name} needs examples in every split")
+    # GLUE's TSV names first, then the hub's (which CSV / JSON files use too)
+    fits = [c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label")) if set(c[0]) <= set(cols)]
+    names = next((c for c in fits if c[1] in cols), fits[0] if fits else None)  # STS-B: both share the text names
+    if names is None:
+        raise FinetuneError(f"{where} lacks the text columns {', '.join(task.tsv[:-1])} "
+                            f"(or {', '.join(task.text)}); it has {', '.join(cols)}")
+    text, label = names
+    index = next((cols[c] for c in ("index", "idx", "id") if c in cols), range(n))
+    out = {"a": [str(s) for s in cols[text[0]]], "index": list(index), "labels": None,
+           "b": [str(s) for s in cols[text[1]]] if len(text) > 1 else None}
+    if labelled:  # the hub's test labels are -1
+        if label not in cols:
+            raise FinetuneError(f"{where} has no label column {label!r}; it has {', '.join(cols)}")
+        out["labels"] = np.array([to_label(task, v, f"{where} row {i + 1}") for i, v in enumerate(cols[label])])
+    return out
+
+
+def read_examples(path, task):
+    """Examples to label, from one file: the task's text columns of a TSV (with a header), CSV or
+    JSON(L) file, or any other text file with one example per line (a pair: a<TAB>b)."""
+    if path.endswith(SPLIT_FILES):
+        return to_examples(task, parsed(path, read_table, path), path, labelled=False)
+    rows = [line.split("\t", len(task.text) - 1) for line in parsed(path, read_lines, path)]
+    if any(len(r) != len(task.text) for r in rows):
+        raise FinetuneError(f"{path}: {task.name} reads text pairs: write each line as text<TAB>text")
+    return to_examples(task, dict(zip(task.text, zip(*rows))) if rows else {}, path, labelled=False)
+
+
+def parsed(where, read, *args):
+    """read(*args), a file's syntax errors (bad JSON, bytes that are not UTF-8) in one line."""
+    try:
+        return read(*args)
+    except cli.UsageError:
+        raise
+    except (ValueError, UnicodeDecodeError) as err:
+        raise FinetuneError(f"cannot parse {where}: {err}") from err
+
+
+def read_lines(path):
+    with open(cli.regular_file(path), encoding="utf-8-sig") as f:
+        return [line.rstrip("\r\n") for line in f if line.strip()]
+
+
+def to_label(task, value, where):
+    """The training target: a class number (from a label name or number), or a float."""
+    try:
+        if task.labels is None:
+            if math.isfinite(y := float(value)):  # "nan" and "inf" parse, but are no score
+                return y
+        else:
+            y = int({name: i for i, name in enumerate(task.labels)}.get(str(value), value))
+            if 0 <= y < len(task.labels):
+                return y
+    except (TypeError, ValueError, OverflowError):
+        pass
+    kind = "a finite number" if task.labels is None else "one of " + ", ".join(task.labels)
+    raise FinetuneError(f"{where}: label {value!r} is not {kind}")
+
+
+# ----------------------------------------------------------------------------- a task of your own
+
+SPLIT_FILES = (".tsv", ".csv", ".jsonl", ".json")
+
+
+def split_file(folder, split):
+    """FOLDER/split.tsv (or .csv, .jsonl, .json), or None."""
+    return next((p for ext in SPLIT_FILES if os.path.lexists(p := os.path.join(folder, split + ext))), None)
+
+
+def find_task(spec, text_columns=None, label_column="label", metrics=None):
+    """--task: a name (GLUE's, any spelling: SST-2, sst2; toy) -> (Task, None); a folder -> (Task,
+    the folder): GLUE's task if the folder is named as one (glue_data/SST-2), else folder_task."""
+    key = os.path.basename(os.path.normpath(spec)).lower().replace("-", "")
+    if not os.path.isdir(spec):
+        if key not in TASKS or os.sep in spec:
+            raise FinetuneError(f"unknown task {spec!r}: choose from {', '.join(TASKS)}, --tasks all, or a folder "
+                                f"holding train.tsv and dev.tsv (a task of your own)")
+        return TASKS[key], None
+    return (TASKS[key] if key in TASKS else folder_task(spec, text_columns, label_column, metrics)), spec
+
+
+def folder_task(folder, text_columns=None, label_column="label", metrics=None):
+    """A task described by its files, named by its folder: train and dev (or validation) splits with
+    a header row, the label in `label_column`, the text in `text_columns` (default: every other
+    column but an id; one text, or a pair); the labels in labels.txt, one per line in class order
+    (default: train's label values sorted; numbers that are not all whole make it a regression);
+    `metrics` (default: accuracy, or Pearson and Spearman for a regression), whose mean is its score."""
+    name, train = os.path.basename(os.path.normpath(folder)), split_file(folder, "train")
+    dev = next((s for s in ("dev", "validation") if split_file(folder, s)), None)
+    if train is None or dev is None:
+        raise FinetuneError(f"task folder {folder} needs train.tsv and dev.tsv or validation.tsv (or .csv, .jsonl, "
+                            f".json) with a header row")
+    cols = parsed(train, read_table, train)
+    if label_column not in cols:
+        raise FinetuneError(f"{train} has no label column {label_column!r} (it has {', '.join(cols)}); "
+                            f"pass --label_column")
+    text = tuple(text_columns or [c for c in cols if c not in (label_column, "index", "idx", "id")])
+    if not 1 <= len(text) <= 2 or not set(text) <= set(cols):
+        raise FinetuneError(f"{train}: the text is one column or a pair, of {', '.join(cols)}; got "
+                            f"{', '.join(text) or 'none'}: pass --text_columns A or A,B")
+    labels_file, correlations = os.path.join(folder, "labels.txt"), set(metrics or ()) <= {"pearson", "spearman"}
+    # scored by correlations only: a regression, whole numbers too (ratings 1-5)
+    labels = None if metrics and correlations and not os.path.exists(labels_file) else read_labels(
+        labels_file, cols[label_column], train)
+    regression = labels is None
+    metrics = tuple(metrics or (("pearson", "spearman") if regression else ("acc",)))
+    if regression and not set(metrics) <= {"pearson", "spearman"}:
+        raise FinetuneError(f"{name} is a regression (its labels are numbers): score it by pearson, spearman")
+    return Task(name, None, text, (*text, label_column), labels, metrics, evals=(("", dev, "test"),))
+
+
+def read_labels(path, values, train):
+    """labels.txt (one label per line, in class order), else the label values of train, sorted
+    (numerically if they are whole numbers); None (a regression) if they are numbers not all whole."""
+    if os.path.exists(path):
+        labels = tuple(dict.fromkeys(line.strip() for line in parsed(path, read_lines, path)))
+    else:
+        if (row := next((i for i, v in enumerate(values) if v is None or not str(v).strip()), None)) is not None:
+            raise FinetuneError(f"{train} row {row + 1} has no label")
+        distinct = sorted({str(v).strip() for v in values})
+        try:
+            numbers = [float(v) for v in distinct]
+        except ValueError:
+            numbers = None
+        if numbers is not None and not all(map(math.isfinite, numbers)):
+            raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(distinct[:5])})")
+        if numbers is not None and any(n != int(n) for n in numbers):
+            print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
+            return None
+        labels = tuple(sorted(distinct, key=float) if numbers is not None else distinct)
+        print(f"note: labels {', '.join(labels[:10])}{' ...' * (len(labels) > 10)} from {train}'s label column, "
+              f"sorted (a labels.txt beside it sets their order)", file=sys.stderr)
+    if len(labels) < 2:
+        raise FinetuneError(f"{path if os.path.exists(path) else train}: a classification needs at least 2 labels, "
+                            f"found {len(labels)}")
+    return labels

@@ -1,0 +1,403 @@
+"""Tests for runs.py, a run's engineering: exact resume, one run per folder, non-finite steps,
+signals, kill -9, a torchrun worker crash, a full disk, a run's recorded inputs (docs/robustness.md)."""
+import errno
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from engine import cli
+from engine import checkpoints
+from engine import runs
+import taco
+from taco import get_lr
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+
+
+# ----------------------------------------------------------------------------- resume, one run per folder
+
+def test_resume_is_bit_for_bit(straight, tmp_path, quick, run_taco, final_weights, same_weights):
+    crashed = str(tmp_path / "crashed")
+    shutil.copytree(straight, crashed)  # as if the run had died right after step 8's checkpoint
+    for name in os.listdir(crashed):
+        if name.startswith(("ckpt_00000012", "ckpt_00000016")):
+            os.remove(os.path.join(crashed, name))
+    assert run_taco(quick + ["--out", crashed, "--resume"]) == 0
+    assert same_weights(final_weights(straight), final_weights(crashed))
+    metrics = lambda d: [json.loads(l)["loss"] for l in open(os.path.join(d, "metrics.jsonl"))]
+    assert metrics(straight) == metrics(crashed)  # no step logged twice or lost
+
+
+def test_out_directory_mistakes(tmp_path, capsys, quick, run_taco):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert run_taco(quick + ["--out", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    assert run_taco(quick + ["--out", str(empty), "--resume"]) == 2
+    assert "no valid checkpoint" in capsys.readouterr().err
+    run = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "4", "--out", run]) == 0
+    before = open(os.path.join(run, "metrics.jsonl")).read()
+    assert run_taco(quick + ["--steps", "4", "--out", run]) == 2  # never overwrite silently
+    assert "already holds a run" in capsys.readouterr().err
+    assert open(os.path.join(run, "metrics.jsonl")).read() == before
+    assert run_taco(quick + ["--steps", "4", "--out", run, "--resume", "--lr", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "differ from the run" in err and ": lr;" in err
+    os.chmod(tmp_path, 0o500)
+    try:
+        if os.geteuid() != 0:  # root writes anywhere: the check cannot be exercised as root
+            assert run_taco(quick + ["--out", str(tmp_path / "new")]) == 2
+    finally:
+        os.chmod(tmp_path, 0o700)
+
+
+def test_finished_run_is_left_alone(straight, capsys, quick, run_taco):
+    config = os.path.join(straight, "config.json")
+    before = (open(config).read(), os.stat(config).st_mtime_ns)
+    assert run_taco(quick + ["--out", straight, "--resume"]) == 0
+    assert "already at step 16" in capsys.readouterr().out
+    assert (open(config).read(), os.stat(config).st_mtime_ns) == before
+
+
+def test_one_run_per_out(tmp_path, capsys, quick, run_taco):
+    """A live run's lock refuses a second run; a dead owner's lock (kill -9) is taken over."""
+    out = str(tmp_path / "run")
+    with runs.RunLock(out):  # as another run would hold it
+        assert run_taco(quick + ["--steps", "2", "--out", out]) == 2
+        assert "is in use by another run (process" in capsys.readouterr().err
+    assert not os.path.exists(out)  # the lock holder created it and left nothing
+    os.makedirs(out)
+    with open(os.path.join(out, ".lock"), "w") as f:
+        f.write("999999 on elsewhere\n")  # a killed run's lock: its flock died with it
+    assert run_taco(quick + ["--steps", "2", "--out", out]) == 0
+    assert "taking over the lock of process 999999 on elsewhere" in capsys.readouterr().err
+    assert open(os.path.join(out, ".lock")).read() == ""  # released
+
+
+# ----------------------------------------------------------------------------- non-finite steps, signals, crashes
+
+def test_nonfinite_loss_stops_or_skips(tmp_path, monkeypatch, capsys, quick, run_taco):
+    real = taco.compute_loss
+    calls = {"n": 0}
+
+    def poisoned(*a, **k):
+        loss, *parts = real(*a, **k)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 6 else loss), *parts
+
+    monkeypatch.setattr(taco, "compute_loss", poisoned)
+    out = str(tmp_path / "nan")
+    assert run_taco(quick + ["--out", out]) == 3
+    err = capsys.readouterr().err
+    assert "non-finite loss or gradient at step 5" in err and "ckpt_00000004.pt" in err
+    calls["n"] = 0
+    out = str(tmp_path / "skip")
+    assert run_taco(quick + ["--out", out, "--skip_nonfinite"]) == 0
+    last = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))][-1]
+    assert last["skipped"] == 1 and math.isfinite(last["loss"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_saves_stops_and_resumes_exactly(sig, straight, tmp_path, monkeypatch, capsys, quick, run_taco, final_weights, same_weights):
+    """A real signal during step 10 of a run resumed at 8: the step finishes, a checkpoint is
+    saved, exit 128 + signal; --resume then ends where an uninterrupted run does."""
+    def signalled_get_lr(step, *args):
+        if step == 9:
+            os.kill(os.getpid(), sig)
+        return get_lr(step, *args)
+
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
+    monkeypatch.setattr(taco, "get_lr", signalled_get_lr)
+    assert run_taco(quick + ["--out", run, "--resume"]) == 128 + sig
+    err = capsys.readouterr().err
+    assert f"stopped by {sig.name} after step 10: saved" in err and "--resume" in err and "Traceback" not in err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    monkeypatch.setattr(taco, "get_lr", get_lr)
+    assert run_taco(quick + ["--out", run, "--resume"]) == 0
+    assert "resumed at step 10" in capsys.readouterr().out
+    assert same_weights(final_weights(straight), final_weights(run))
+
+
+# Step `at` takes ten minutes, as a step of the paper's batch can on a CPU, its main thread blocked
+# (time.sleep, as in a long backward pass); during it, two signals arrive. Patched from outside taco.py.
+SLOW_STEP_TACO = """
+import os, sys, threading, time
+sys.path.insert(0, {here!r})
+import taco
+get_lr = taco.get_lr
+
+def slow_get_lr(step, *args):
+    if step == {at}:
+        def send():
+            for _ in range(2):
+                time.sleep(0.5)
+                os.kill(os.getpid(), {sig})
+        threading.Thread(target=send).start()
+        time.sleep(600)
+    return get_lr(step, *args)
+
+taco.get_lr = slow_get_lr
+taco.main()
+"""
+
+
+def signalled_twice(tmp_path, quick, out, sig, at):
+    """taco.py in a process of its own (a second signal ends the process) -> its CompletedProcess."""
+    wrapper = tmp_path / "slow_taco.py"
+    wrapper.write_text(SLOW_STEP_TACO.format(here=HERE, at=at, sig=int(sig)))
+    # the thread count of the in-process runs (`straight`): the same numbers
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    return subprocess.run([sys.executable, str(wrapper), *quick, "--out", out], env=env, capture_output=True,
+                          text=True, timeout=300)  # not the 600 s the step would take
+
+
+def test_a_second_signal_stops_at_once_naming_the_last_checkpoint(straight, tmp_path, quick, run_taco, final_weights, same_weights):
+    """The first SIGTERM says the run will stop after this step; the second stops it at once
+    (exit 143) although its main thread is busy, naming the checkpoint to resume from; --resume
+    then ends as an unbroken run."""
+    run = str(tmp_path / "run")
+    r = signalled_twice(tmp_path, quick, run, signal.SIGTERM, at=6)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-2000:]
+    assert "SIGTERM: stopping after this step, once it is saved; a second signal stops at once" in r.stderr
+    assert (f"stopped at once by a second SIGTERM after step 6 (not saved); the last checkpoint is "
+            f"{os.path.join(run, 'ckpt_00000004.pt')}: to continue from it, run the same command with --resume"
+            in r.stderr) and "Traceback" not in r.stderr
+    assert run_taco(quick + ["--out", run, "--resume"]) == 0
+    assert same_weights(final_weights(straight), final_weights(run))
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_over(straight, tmp_path, capsys, quick, run_taco, final_weights, same_weights, metrics_of):
+    """Stopped before its first checkpoint (two Ctrl-C, a kill, a crash), a folder holds a config
+    and a few metrics, nothing to lose: the same command starts it over, and so does --resume.
+    A folder whose checkpoints were deleted after it saved one is still refused."""
+    run = str(tmp_path / "run")
+    for again in ([], ["--resume"]):
+        r = signalled_twice(tmp_path, quick, run, signal.SIGINT, at=3)
+        assert r.returncode == 130 and ("stopped at once by a second SIGINT after step 3 (not saved); no checkpoint "
+                                        "was saved yet: the same command starts the run over") in r.stderr
+        assert not checkpoints.list_checkpoints(run) and os.path.exists(os.path.join(run, "config.json"))
+        assert run_taco(quick + ["--out", run] + again) == 0
+        assert (f"note: {run} holds a run that stopped before its first checkpoint (step 4; its log ends at step 2): "
+                f"nothing to lose, starting it over") in capsys.readouterr().err
+        assert same_weights(final_weights(straight), final_weights(run))
+        assert metrics_of(straight) == metrics_of(run)
+        shutil.rmtree(run)
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_*"))
+    assert run_taco(quick + ["--out", run]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert run_taco(quick + ["--out", run, "--resume"]) == 2
+    assert "no valid checkpoint" in capsys.readouterr().err
+
+
+def taco_cmd(quick, *args):
+    return [sys.executable, os.path.join(HERE, "taco.py"), *quick, *args]
+
+
+def torchrun_cmd(quick, *args, restarts=0):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            f"--max_restarts={restarts}", os.path.join(HERE, "taco.py"), *quick, "--device", "cpu", *args]
+
+
+def test_kill_9_at_random_moments_then_resume_is_exact(straight, tmp_path, quick, final_weights, same_weights):
+    """SIGKILL a real training process several times (saves every step), resume each time."""
+    killed = str(tmp_path / "killed")
+    common = ["--save_every", "1", "--keep_last", "2"]
+    rng = random.Random(0)
+    # CPU results depend on the thread count, and other tests may have changed this process's
+    # (study.py --threads): the subprocesses use the one `straight` was trained with.
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    for attempt in range(3):
+        resume = ["--resume"] if checkpoints.latest_checkpoint(killed) else ["--force"]
+        proc = subprocess.Popen(taco_cmd(quick, "--out", killed, *common, *resume), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while not checkpoints.list_checkpoints(killed) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)  # wait until training has started
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.kill()
+        proc.wait()
+    assert checkpoints.latest_checkpoint(killed) is not None
+    done = subprocess.run(taco_cmd(quick, "--out", killed, *common, "--resume"), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert same_weights(final_weights(straight), final_weights(killed))
+
+
+# Faults come from outside taco.py: this wrapper patches taco.get_lr (called once per step,
+# with the step) to crash or signal one worker, then runs taco.main as `python taco.py` would.
+FAULTY_TACO = """
+import os, signal, sys
+sys.path.insert(0, {here!r})
+import taco
+get_lr, attempt, rank = taco.get_lr, os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+
+def faulty_get_lr(step, *args):
+    if rank == "1" and attempt == "0" and step == 6:
+        os._exit(13)  # a worker dies: torchrun restarts both, which resume from step 4
+    if rank == "1" and attempt == "1" and step == 9:
+        os.kill(os.getpid(), signal.SIGTERM)  # one worker is told to stop: both save and stop after step 10
+    return get_lr(step, *args)
+
+taco.get_lr = faulty_get_lr
+taco.main()
+"""
+
+
+def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path, quick, final_weights, same_weights):
+    """DDP on 2 CPU processes (gloo). A worker crashing at step 6 is restarted by torchrun and
+    resumes from the step-4 checkpoint; SIGTERM to one worker then stops both after the same
+    step, with a checkpoint, from which torchrun's next restart resumes; the run ends with the
+    weights of an uninterrupted one."""
+    straight, faulty = str(tmp_path / "straight"), str(tmp_path / "faulty")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # --negatives_from global: the TC negatives come from both processes' micro-batches
+    r = subprocess.run(torchrun_cmd(quick, "--out", straight, "--negatives_from", "global"), env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert checkpoints.latest_checkpoint(straight).endswith("ckpt_00000016.pt")
+    assert json.load(open(os.path.join(straight, "config.json")))["world_size"] == 2
+    wrapper = tmp_path / "faulty_taco.py"
+    wrapper.write_text(FAULTY_TACO.format(here=HERE))
+    # Two restarts are planned (the crash, the SIGTERM); the third is a spare: rarely a gloo worker aborts
+    # while exiting after its checkpoint is saved (docs/robustness.md), and torchrun then restarts it.
+    cmd = torchrun_cmd(quick, "--out", faulty, "--negatives_from", "global", restarts=3)
+    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-6000:]
+    assert "resumed at step 4" in r.stdout and "resumed at step 10" in r.stdout
+    assert "stopped by SIGTERM after step 10: saved" in r.stderr
+    assert same_weights(final_weights(straight), final_weights(faulty))
+
+
+def test_torchrun_offline_says_everything_missing_once(tmp_path):
+    """The headline command on a machine without the hub: one `error:` line (not one per worker)
+    naming the vocabulary and both corpora; every worker exits 2 alike; nothing written."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf")}
+    r = subprocess.run(torchrun_cmd([], "--size", "base", "--out", str(tmp_path / "run")), env=env, cwd=tmp_path,
+                       capture_output=True, text=True)
+    errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert r.returncode != 0 and len(errors) == 1, r.stderr[-3000:]
+    assert all(n in errors[0] for n in ("vocab.txt of 'bert-base-uncased'", "wikipedia: ", "bookcorpus: "))
+    assert "(rank 1)" not in r.stderr and r.stderr.count("exitcode  : 2 ") == 2  # torchrun's table: both alike
+    assert not (tmp_path / "run").exists()
+
+
+def test_more_processes_than_gpus_is_one_line(monkeypatch):
+    """torchrun --nproc_per_node=8 on a machine with one GPU: every worker says so alike (rank 0 speaks)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name, value in dict(RANK="3", LOCAL_RANK="3", WORLD_SIZE="8", LOCAL_WORLD_SIZE="8").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(cli.UsageError, match="torchrun started 8 processes on this machine, which has 1 CUDA "
+                                             "device: pass --nproc_per_node=1"):
+        runs.setup_distributed(None)
+
+
+# ----------------------------------------------------------------------------- nothing lost, no stale state reused
+
+def unshare_tmpfs():
+    """A command prefix running in a private mount namespace where $FULL is a 10 MB tmpfs, or None."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m none /tmp"],
+                           capture_output=True)
+    return ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=10m none "$FULL" && exec "$@"', "sh"] \
+        if probe.returncode == 0 else None
+
+
+def test_disk_full_for_real_on_a_small_tmpfs(tmp_path, quick):
+    """A real full disk (a 10 MB tmpfs): a tiny checkpoint takes 6.6 MB, so the second does not fit."""
+    prefix = unshare_tmpfs()
+    if prefix is None:
+        pytest.skip("needs unshare and a private tmpfs (user namespaces)")
+    full = tmp_path / "full"
+    full.mkdir()
+    out = str(full / "run")
+    cmd = prefix + [sys.executable, "-c", LIST_AFTER.format(out=out), *quick, "--steps", "8", "--out", out]
+    r = subprocess.run(cmd, env={**os.environ, "FULL": str(full)}, cwd=HERE, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: no space left in {out} for ckpt_00000008.pt: it needs ") and "Traceback" not in r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == [".lock", "ckpt_00000004.json", "ckpt_00000004.pt", "config.json",
+                                                     "metrics.jsonl", "vocab.txt"]
+
+
+# taco.main, then what the folder holds (the tmpfs vanishes with its namespace)
+LIST_AFTER = """
+import json, os, sys, taco
+try:
+    taco.main(sys.argv[1:])
+    code = 0
+except SystemExit as stop:
+    code = stop.code
+print(json.dumps(sorted(os.listdir({out!r}))))
+sys.exit(code)
+"""
+
+
+@pytest.fixture
+def own_data(tmp_path, toy_dir):
+    """A small corpus and a copy of the toy vocabulary, both free to edit: -> taco.py flags."""
+    lines = open(os.path.join(toy_dir, "train.txt")).read().splitlines()[:400]
+    (tmp_path / "data.txt").write_text("\n".join(lines) + "\n")
+    shutil.copy(os.path.join(toy_dir, "vocab.txt"), tmp_path / "vocab.txt")
+    return ["--data", str(tmp_path / "data.txt"), "--vocab", str(tmp_path / "vocab.txt")]
+
+
+def rewrite_keeping_size_and_mtime(path, edit):
+    st = os.stat(path)
+    text = open(path).read()
+    new = edit(text)
+    assert len(new.encode()) == st.st_size and new != text
+    open(path, "w").write(new)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_resume_refuses_another_vocab_or_data(tmp_path, capsys, quick, run_taco, own_data):
+    """What a run depends on (the checksums of its vocabulary and token array, in every checkpoint
+    and config.json): a vocab.txt edited in place (same size) or a corpus rewritten with the same
+    size and time is one line on --resume; --force continues with a warning."""
+    run = str(tmp_path / "run")
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run]) == 0
+    recorded = json.load(open(os.path.join(run, "config.json")))["depends"]
+    assert set(recorded) == {"vocab_sha256", "tokens_sha256"}
+    os.remove(os.path.join(run, "ckpt_00000008.pt"))  # as if stopped after step 4
+    vocab, data = own_data[3], own_data[1]
+    rewrite_keeping_size_and_mtime(vocab, lambda t: t.replace("\na\n", "\nA\n", 1))  # "a" is an unknown word now
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: --resume: --vocab {vocab} is not the vocabulary this run was trained with")
+    shutil.copy(os.path.join(run, "vocab.txt"), vocab)  # the run's own copy: back as it was
+    words = open(data).read().split()
+    a, b = next((w, v) for w, v in zip(words, words[1:]) if len(w) == len(v) and w != v)
+    rewrite_keeping_size_and_mtime(data, lambda t: t.replace(f"{a} ", f"{b} ", 1))
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be used: " in err and "changed since it was built; rebuilding it" in err  # the stale cache
+    assert err.strip().splitlines()[-1].startswith(f"error: --resume: --data {data} gives other tokens than this run")
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run, "--resume", "--force"]) == 0
+    assert "warning: --resume --force: --data" in capsys.readouterr().err
+
+
+def test_disk_full_when_taking_the_lock(tmp_path, monkeypatch):
+    """ENOSPC writing the owner into OUT/.lock (injected): one line naming the folder; the folder
+    the lock created is removed again."""
+    def no_space(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", no_space)
+    with pytest.raises(cli.DiskFull, match=rf"no space left in {tmp_path / 'run'} for the lock of --out"):
+        runs.RunLock(str(tmp_path / "run"))
+    assert os.listdir(tmp_path) == []

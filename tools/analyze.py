@@ -1,0 +1,570 @@
+"""Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022).
+
+    contextual score  intra- minus inter-context similarity of last-layer states on held-out
+                      blocks (its Fig. 3b / Fig. 6, appendix A.3), and intra / inter (Table 9):
+                      cosine, dot product, or L1 / L2 / L10 distance; a context is a packed
+                      block, or one document of a block (documents end with [SEP] inside blocks)
+    word similarity   mean cosine of the input embeddings of the WordSim353-style pairs that
+                      co-occur in a held-out document (its Fig. 3a); extra: the Spearman
+                      correlation of the cosine with the human scores over all pairs
+    self-similarity   per layer, the mean cosine of two distinct tokens of one sequence (TaCL's
+                      analysis, Su et al. 2022), and with --heatmap one sentence's token-by-token cosines
+    sentence probes   a sentence vector, the [CLS] state (what RetroMAE trains) or the mean of the
+                      token states (what sentence encoders such as MiniLM use), docs/retromae.md:
+                      retrieval in the BEIR layout (nDCG@10, MRR@10, Recall@100, scored as
+                      trec_eval scores them) and STS-format similarity (Spearman of the cosine)
+
+    python tools/analyze.py --model runs/taco                       # toy corpus and toy word pairs
+    python tools/analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json
+    python tools/analyze.py --model hf_bert_dir --data wikitext103 --pairs wordsim353.tsv --max_len 256
+    python tools/analyze.py --model runs/tacl --heatmap heatmap.png  # + one sentence's token x token cosines
+    python tools/analyze.py --model runs/retromae --retrieval toy --sts toy   # + the sentence probes
+    python tools/analyze.py --model hf_bert_dir --retrieval path/to/beir/scifact --similarity cos
+    python tools/analyze.py --model minilm_dir --data wiki.txt --retrieval wiki_beir/   # mean pooling, its own
+
+For distances the score is inter - intra, so for every metric a positive score means that
+tokens of one context are closer to each other than to tokens of other contexts.
+"""
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import cli  # before torch: cli sets how idle CPU threads wait
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from engine import checkpoints
+from engine.cli import DataError, UsageError, int_range
+from data import load_tokenizer, make_blocks
+from engine.corpus import tokenize_corpus
+from engine.evalsets import read_beir, read_pairs, read_sts
+from finetune import load_pretrained
+from model import Bert
+from taco import context_groups, pair_sums
+from engine.tasks import spearman
+from engine.toy import toy_corpus, toy_sentence_eval
+
+METRICS = ("cosine", "dot", "l1", "l2", "l10")
+
+
+# ----------------------------------------------------------------------------- contextual score
+
+def distance_score(h, real, p, groups=None):
+    """Sums of the L_p distance over ordered pairs of distinct real tokens in the same context
+    (intra) and in different contexts (inter) of one batch, with their counts, so that batches
+    can be pooled. h: (B, T, H); real: (B, T) bool; groups: (B, T) context ids (default: block)."""
+    B, T, H = h.shape
+    if groups is None:
+        groups = torch.arange(B, device=h.device)[:, None].expand(B, T)
+    z, g = h.double()[real], groups[real]  # (N, H), (N,) real tokens, grouped by block
+    block = torch.arange(B, device=h.device).repeat_interleave(real.sum(1))  # (N,) their block
+    out = {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0}
+    for b in range(B):  # one block's tokens against all tokens: memory T x N, not N x N
+        rows = block == b
+        d = torch.cdist(z[rows], z, p=p)  # (n_b, N); self-distances are 0
+        same = g[rows][:, None] == g[None, :]  # (n_b, N) same context, self included
+        out["intra_sum"] += d[same].sum().item()
+        out["intra_n"] += int(same.sum()) - int(rows.sum())  # minus the self pairs
+        out["inter_sum"] += d[~same].sum().item()
+        out["inter_n"] += int((~same).sum())
+    return out
+
+
+@torch.no_grad()
+def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
+    """{metric: {intra, inter, score, ratio}} of the encoder's last-layer states over `batches`
+    (the paper's Table 9). A context is a packed block, or with `sep_id` one document of a block
+    (taco.contextual_score's two forms; its cosine is this one). cosine / dot: mean similarity,
+    score = intra - inter; l1 / l2 / l10: mean distance, score = inter - intra: a positive score
+    always means a context's tokens are closer to each other than to other contexts' tokens.
+    ratio = intra / inter (> 1 for similarities, < 1 for distances means the same)."""
+    was_training = encoder.training
+    encoder.eval()
+    sums = {m: {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0} for m in metrics}
+    for ids in batches:
+        h, _ = encoder(ids)
+        real = torch.ones(ids.shape, dtype=torch.bool, device=ids.device)
+        groups = context_groups(ids, sep_id)
+        for m in metrics:
+            if m in ("cosine", "dot"):
+                part = pair_sums(F.normalize(h.float(), dim=-1) if m == "cosine" else h, groups, real)
+            else:
+                part = distance_score(h, real, int(m[1:]), groups)
+            for k, v in part.items():
+                sums[m][k] += v
+    encoder.train(was_training)
+    out = {}
+    for m, s in sums.items():
+        intra, inter = s["intra_sum"] / max(s["intra_n"], 1), s["inter_sum"] / max(s["inter_n"], 1)
+        score = intra - inter if m in ("cosine", "dot") else inter - intra
+        out[m] = {"intra": intra, "inter": inter, "score": score, "ratio": intra / inter if inter else float("nan")}
+    return out
+
+
+def probe_blocks(data, tok, max_len, eval_blocks, trained_on=True, cache_dir=None):
+    """-> ((k, max_len) ids of the blocks to probe, what they are). Text the model trained on: its
+    last min(eval_blocks, n // 10) blocks, the ones taco.py's evaluate holds out. Other text was
+    never trained on, so all of it is held out: its first eval_blocks blocks (all when fewer)."""
+    tokens = tokenize_corpus(data, tok, cache_dir)
+    blocks = make_blocks(tokens, max_len, tok.cls_id, tok.sep_id)
+    n = min(eval_blocks, len(blocks))
+    if trained_on:  # taco.py holds out at most a tenth (all of a corpus under ten blocks)
+        n = min(eval_blocks, len(blocks) // 10) or n
+    first = len(blocks) - n if trained_on else 0
+    text = tokens[first * blocks.body:(first + n) * blocks.body]  # the probed tokens, [CLS] / [SEP] of blocks aside
+    about = {"blocks": n, "of_blocks": len(blocks), "part": "last" if trained_on else "first",
+             "tokens": len(text), "documents": int(np.count_nonzero(text[:-1] == tok.sep_id)) + 1}
+    return blocks[first:first + n], about
+
+
+def batched(blocks, batch_size):
+    """(k, T) ids -> int64 tensors of batch_size blocks."""
+    return [torch.from_numpy(blocks[i:i + batch_size].astype(np.int64)) for i in range(0, len(blocks), batch_size)]
+
+
+def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None):
+    """The corpus's last `eval_blocks` blocks (at most a tenth), as taco.py's evaluate holds
+    them out, in batches of int64 ids."""
+    return batched(probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0], batch_size)
+
+
+def describe_probe(source, data, max_len, about, eval_blocks):
+    """The line that says what was probed."""
+    n, of = about["blocks"], about["of_blocks"]
+    if about["part"] == "last":
+        which = f"the last {n} of its {of:,} blocks of {max_len}, held out from training as taco.py holds them out"
+        if n < eval_blocks:
+            which += " (at most a tenth: it trained on the rest)"
+    elif n == of:
+        which = f"all {n} blocks of {max_len} (text the model did not train on is all held out)"
+    else:
+        which = f"the first {n} of {of:,} blocks of {max_len} (--eval_blocks {eval_blocks}: raise it to probe more)"
+    return f"{source}: probing {data}: {which}; {about['tokens']:,} tokens of {about['documents']:,} document(s)"
+
+
+# ----------------------------------------------------------------------------- self-similarity per layer (TaCL)
+
+@torch.no_grad()
+def self_similarity(encoder, batches):
+    """TaCL's anisotropy analysis (Su et al. 2022): for each layer 1..L, the mean cosine of two
+    distinct tokens of one sequence, pooled over sequences (sum of cosines / number of pairs).
+    The last layer's is contextual_score's intra. -> [layer 1, ..., layer L].
+    For unit vectors z of one sequence, the sum over its ordered pairs is |sum z|^2 - n."""
+    was_training = encoder.training
+    encoder.eval()
+    sums, pairs = 0.0, 0
+    for ids in batches:
+        B, n = ids.shape
+        z = F.normalize(torch.stack(encoder.hidden_states(ids)[1:]).double(), dim=-1)  # (L, B, T, H)
+        sums = sums + (z.sum(2).pow(2).sum(-1) - n).sum(1)  # (L,)
+        pairs += B * n * (n - 1)
+    encoder.train(was_training)
+    return (sums / pairs).tolist()
+
+
+TACL_SENTENCE = "The movement has received support from noted science bloggers, such as biologist Jonathan Eisen."
+
+
+def heatmap_sentence(data, cache_dir=None):
+    """The sentence of TaCL's heatmap; for the toy corpus (whose vocab lacks its words) the corpus's first one."""
+    if data != "toy":
+        return TACL_SENTENCE
+    with open(os.path.join(toy_corpus(cache_dir), "train.txt"), encoding="utf-8") as f:
+        return f.readline().strip()
+
+
+@torch.no_grad()
+def token_cosines(encoder, tok, sentence):
+    """[CLS] sentence [SEP] -> (tokens, (T, T) cosines of every two of its last-layer states)."""
+    tokens = ["[CLS]", *tok.tokenize(sentence)[:encoder.config.max_position_embeddings - 2], "[SEP]"]
+    ids = torch.tensor([[tok.vocab[t] for t in tokens]])
+    was_training = encoder.training
+    h, _ = encoder.eval()(ids)
+    encoder.train(was_training)
+    z = F.normalize(h[0].double(), dim=-1)
+    return tokens, (z @ z.T).numpy()
+
+
+PICTURE_FORMATS = ("png", "pdf", "svg")
+
+
+def picture_path(path, flag):
+    """Check a picture's path before any work: a writable file whose extension names the format."""
+    if os.path.splitext(path)[1][1:].lower() not in PICTURE_FORMATS:
+        raise UsageError(f"{flag} {path}: name a .{', .'.join(PICTURE_FORMATS)} file")
+    return cli.output_path(path, flag, folder=False)
+
+
+def plot_heatmaps(panels, tokens, path):
+    """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
+    Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)
+    low = min(0.0, *(float(m.min()) for m in panels.values()))  # one colour scale for every panel
+    for ax, (name, matrix) in zip(axes[0], panels.items()):
+        im = ax.imshow(matrix, cmap="Blues", vmin=low, vmax=1.0)
+        ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
+        ax.set_title(name, fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cosine")
+    checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower(), dpi=100,
+                                                  bbox_inches="tight"))
+    plt.close(fig)
+    print(f"heatmap: {path}")
+
+
+# ----------------------------------------------------------------------------- word similarity
+
+def cooccurring(id_pairs, batches, sep_id):
+    """The (id1, id2) pairs whose two tokens occur together in one document of a block."""
+    wanted = {i for pair in id_pairs for i in pair}
+    together = set()
+    for ids in batches:
+        groups = context_groups(ids, sep_id)
+        docs = {}  # context id -> the wanted tokens in it
+        for g, i in zip(groups.flatten().tolist(), ids.flatten().tolist()):
+            if i in wanted:
+                docs.setdefault(g, set()).add(i)
+        together.update(pair for pair in id_pairs if any(set(pair) <= d for d in docs.values()))
+    return together
+
+
+def word_similarity(embeddings, tok, pairs, batches=None):
+    """Word pairs whose two words are single tokens of the vocab (others are counted):
+
+    cooc_mean_cosine   the paper's Fig. 3a: mean cosine of the input embeddings of the pairs
+                       that co-occur, i.e. both words in one document of the `batches` blocks
+    spearman           an extra: Spearman correlation of the cosine with the human scores
+    mean_cosine        the mean cosine over all usable pairs
+    """
+    kept, cos, human = [], [], []
+    for w1, w2, score in pairs:
+        ids = [tok.encode(w) for w in (w1, w2)]
+        if all(len(i) == 1 and i[0] != tok.unk_id for i in ids):
+            kept.append((ids[0][0], ids[1][0]))
+            human.append(score)
+            cos.append(F.cosine_similarity(embeddings[ids[0][0]], embeddings[ids[1][0]], dim=0).item())
+    together = cooccurring(kept, batches, tok.sep_id) if batches is not None else set()
+    cooc = [c for pair, c in zip(kept, cos) if pair in together]
+    return {"pairs": len(pairs), "used": len(kept), "skipped": len(pairs) - len(kept),
+            "cooc_pairs": len(cooc), "cooc_mean_cosine": float(np.mean(cooc)) if cooc else float("nan"),
+            "mean_cosine": float(np.mean(cos)) if cos else float("nan"),
+            "spearman": spearman(cos, human) if len(cos) > 1 else float("nan")}
+
+
+# ----------------------------------------------------------------------------- sentence embeddings
+
+POOLING = ("cls", "mean")
+
+
+@torch.no_grad()
+def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=None):
+    """(N, H) float32 sentence embeddings of `[CLS] text [SEP]` (cut to max_len), no pooler:
+    pooling "cls" takes the last-layer [CLS] state (RetroMAE's retriever), "mean" the mean of the
+    last-layer states of every real token, [CLS] and [SEP] included (sentence-transformers' mean
+    pooling, as MiniLM's sentence encoder uses it). Batches of similar length; a progress bar
+    named `desc` on a terminal."""
+    was_training = encoder.training
+    encoder.eval()
+    device = next(encoder.parameters()).device
+    ids = [[tok.cls_id] + tok.encode(t)[:max_len - 2] + [tok.sep_id] for t in texts]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = torch.empty(len(ids), encoder.config.hidden_size)
+    for i in tqdm(range(0, len(order), batch_size), desc=desc, disable=None if desc else True, leave=False):
+        rows = order[i:i + batch_size]
+        T = max(len(ids[r]) for r in rows)
+        batch = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
+        for j, r in enumerate(rows):
+            batch[j, :len(ids[r])] = torch.tensor(ids[r])
+        real = (batch != tok.pad_id).to(device)
+        h, _ = encoder(batch.to(device), attention_mask=real)
+        if pooling == "mean":
+            real = real[..., None].float()  # (B, T, 1)
+            out[rows] = ((h.float() * real).sum(1) / real.sum(1)).cpu()
+        else:
+            out[rows] = h[:, 0].float().cpu()
+    encoder.train(was_training)
+    return out
+
+
+def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100, doc_ids=None, skip=None):
+    """BEIR's measures, as pytrec_eval (trec_eval) computes them, of a (Q, D) score matrix -> means over queries.
+
+    relevance  per query, {document id: grade}; the ids are `doc_ids` (default: the column numbers).
+               A judged document that is no column is never retrieved, but counts in the ideal
+               ranking and in the number of relevant documents (as in BEIR and trec_eval).
+    skip       per query, a column left out of its ranking, or None (BEIR's ignore_identical_ids).
+    ranking    score descending, ties by document id descending: trec_eval's rule.
+    nDCG@k     gain = grade (negative grades count 0), discount log2(rank + 1), ideal from every judged document.
+    MRR@k      1 / rank of the first document of grade > 0 in the top k, else 0.
+    Recall@k   the share of the grade > 0 documents in the top k (0 for a query without any).
+    """
+    Q, D = scores.shape
+    doc_ids = list(range(D)) if doc_ids is None else doc_ids
+    by_id = torch.tensor(sorted(range(D), key=doc_ids.__getitem__, reverse=True), dtype=torch.long)
+    k_max = max(k_ndcg, k_mrr, k_recall)
+    k_sort = min(k_max + (skip is not None), D)
+    discount = [1 / math.log2(r + 2) for r in range(k_max)]
+    ndcg, mrr, recall = [], [], []
+    for start in range(0, Q, 256):  # a stable sort over columns in id order: equal scores stay id-descending
+        part = scores[start:start + 256, by_id]
+        top = by_id[torch.sort(part, dim=1, descending=True, stable=True).indices[:, :k_sort]]
+        for q, cols in enumerate(top.tolist(), start):
+            rel = relevance[q]
+            ranked = [rel.get(doc_ids[c], 0) for c in cols if skip is None or c != skip[q]][:k_max]
+            gains = [max(g, 0) for g in ranked]
+            ideal = sorted((max(g, 0) for g in rel.values()), reverse=True)[:k_ndcg]
+            idcg = sum(g * d for g, d in zip(ideal, discount))
+            ndcg.append(sum(g * d for g, d in zip(gains[:k_ndcg], discount)) / idcg if idcg > 0 else 0.0)
+            first = next((r for r, g in enumerate(ranked[:k_mrr]) if g > 0), None)
+            mrr.append(0.0 if first is None else 1 / (first + 1))
+            n_rel = sum(g > 0 for g in rel.values())
+            recall.append(sum(g > 0 for g in ranked[:k_recall]) / n_rel if n_rel else 0.0)
+    return {f"ndcg@{k_ndcg}": float(np.mean(ndcg)), f"mrr@{k_mrr}": float(np.mean(mrr)),
+            f"recall@{k_recall}": float(np.mean(recall)), "queries": Q}
+
+
+def dense_retrieval(encoder, tok, beir, similarity="dot", max_len=128, pooling="cls"):
+    """Zero-shot dense retrieval on a BEIR data set (read_beir's result): each text one vector
+    (`embed`'s pooling), ranked by dot product (RetroMAE's choice) or cosine. As BEIR evaluates:
+    queries without judgements are left out, and a document whose id is its query's is not ranked
+    for it (BEIR's ignore_identical_ids)."""
+    corpus, queries, qrels = beir
+    judged = [(qid, text) for qid, text in queries if qid in qrels]
+    doc_ids = [did for did, _ in corpus]
+    column = {did: i for i, did in enumerate(doc_ids)}
+    d = embed(encoder, tok, [t for _, t in corpus], max_len, pooling=pooling, desc="embedding documents")
+    q = embed(encoder, tok, [t for _, t in judged], max_len, pooling=pooling, desc="embedding queries")
+    if similarity == "cos":
+        d, q = F.normalize(d, dim=-1), F.normalize(q, dim=-1)
+    skip = [column.get(qid) for qid, _ in judged]
+    metrics = retrieval_metrics(q @ d.T, [qrels[qid] for qid, _ in judged], doc_ids=doc_ids, skip=skip)
+    return {"similarity": similarity, "pooling": pooling, "documents": len(corpus), **metrics,
+            "same_id_skipped": sum(c is not None for c in skip)}
+
+
+def sentence_similarity(encoder, tok, pairs, max_len=128, pooling="cls"):
+    """Spearman of the cosine of two sentence vectors (`embed`'s pooling) with the gold scores, no
+    fine-tuning (SimCSE-style STS)."""
+    a = embed(encoder, tok, [p[0] for p in pairs], max_len, pooling=pooling)
+    b = embed(encoder, tok, [p[1] for p in pairs], max_len, pooling=pooling)
+    cos = F.cosine_similarity(a, b, dim=-1)
+    return {"pairs": len(pairs), "pooling": pooling, "spearman": spearman(cos.tolist(), [p[2] for p in pairs]),
+            "mean_cosine": cos.mean().item()}
+
+
+# ----------------------------------------------------------------------------- one checkpoint
+
+def load_encoder(spec):
+    """-> (Bert encoder, tokenizer, checkpoint args or {}, source) of a taco run directory,
+    checkpoint file or Hugging Face directory (finetune.load_pretrained finds and checks it);
+    its vocab.txt must fit the embeddings and its weights must be finite."""
+    config, weights, vocab, source = load_pretrained(spec)
+    tok = load_tokenizer(vocab)
+    if tok.vocab_size != config.vocab_size:  # more: ids past the embeddings; fewer: most likely another vocab
+        raise UsageError(f"{spec}: its vocab.txt has {tok.vocab_size:,} tokens but the model has {config.vocab_size:,} "
+                         f"word embeddings; put beside it the vocab.txt the model was trained with")
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise UsageError(f"{source} holds NaN or infinite weights ({bad[0]}): pass a checkpoint from before they diverged")
+    encoder = Bert(config)
+    encoder.load_state_dict({k[5:]: v for k, v in weights.items() if k.startswith("bert.")})
+    run_args = {}
+    if os.path.isfile(source):
+        cfg = os.path.join(os.path.dirname(source), "config.json")
+        if os.path.isfile(cfg):
+            run_args = checkpoints.read_json(cfg).get("args", {})
+            if not isinstance(run_args, dict):
+                raise UsageError(f'{cfg}: "args" is a JSON {type(run_args).__name__}, not an object; edited?')
+    return encoder.eval(), tok, run_args, source
+
+
+def sentence_defaults(source):
+    """(pooling, similarity, where from) for the sentence probes: a sentence-transformers folder's
+    own (its Pooling module's mode; cosine, sentence-transformers' similarity), else [CLS] and dot
+    product (RetroMAE's)."""
+    path = os.path.join(source, "modules.json")
+    if not os.path.isfile(path):
+        return "cls", "dot", "RetroMAE's, the default"
+    try:
+        with open(path, encoding="utf-8") as f:
+            folder = next(m["path"] for m in json.load(f) if m["type"].endswith(".Pooling"))
+        with open(os.path.join(source, folder, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)  # {"pooling_mode": "mean"}, or older: {"pooling_mode_mean_tokens": true, ...}
+        modes = [config["pooling_mode"]] if "pooling_mode" in config else \
+            [k[len("pooling_mode_"):] for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
+        print(f"warning: {path} names no readable Pooling module: [CLS] pooling", file=sys.stderr)
+        return "cls", "cos", "sentence-transformers'"
+    pooling = {("cls",): "cls", ("cls_token",): "cls", ("mean",): "mean", ("mean_tokens",): "mean"}.get(tuple(modes))
+    if pooling is None:
+        print(f"warning: {source} pools by {' + '.join(map(str, modes)) or 'nothing'}; only cls and mean are offered: "
+              f"[CLS] pooling", file=sys.stderr)
+    return pooling or "cls", "cos", "its sentence-transformers config"
+
+
+def _run_arg(run_args, key, kind, source):
+    """A setting of the run that wrote `source` (None if absent), checked: its config.json may be edited."""
+    value = run_args.get(key)
+    if value is not None and type(value) is not kind:
+        raise UsageError(f"the config.json beside {source} has {key} = {json.dumps(value)}, not a "
+                         f"{'whole number' if kind is int else 'string'}: pass --{key}")
+    return value
+
+
+def _same_text(a, b):
+    """Whether two --data values name the same sources (paths compared resolved)."""
+    norm = lambda spec: [os.path.realpath(s) if os.path.exists(s) else s
+                         for s in (x.strip() for x in str(spec).split(",")) if s]
+    return norm(a) == norm(b)
+
+
+def _finite(obj):
+    """A copy of a result with NaN / infinities as None: strict JSON (NaN is not JSON)."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
+
+
+def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
+    """Everything this script measures, as one dict: the contextual score with blocks as
+    contexts ("context") and with documents as contexts ("context_doc"), word similarity."""
+    return {"context": context_scores(encoder, batches, metrics),
+            "context_doc": context_scores(encoder, batches, metrics, tok.sep_id),
+            "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs, batches),
+            "self_similarity": self_similarity(encoder, batches)}
+
+
+def format_report(result):
+    lines = [f"{'contextual score':<26}{'intra':>9}{'inter':>9}{'score':>9}{'ratio':>9}"]
+    for form, label in (("context", "block"), ("context_doc", "document")):
+        for m, r in result[form].items():
+            lines.append(f"  {m + ', ' + label + 's':<24}{r['intra']:>9.4f}{r['inter']:>9.4f}"
+                         f"{r['score']:>9.4f}{r['ratio']:>9.4f}")
+    lines.append("self-similarity per layer (TaCL): "
+                 + ", ".join(f"{i} {v:.3f}" for i, v in enumerate(result["self_similarity"], 1)))
+    w = result["wordsim"]
+    lines.append(f"word similarity (Fig. 3a): mean cosine {w['cooc_mean_cosine']:.4f} of the {w['cooc_pairs']} "
+                 f"pairs that co-occur in a held-out document" if w["cooc_pairs"] else
+                 "word similarity (Fig. 3a): no pair co-occurs in a held-out document (probe more text)")
+    lines.append(f"  extra: Spearman {w['spearman']:.4f} with the human scores, mean cosine {w['mean_cosine']:.4f}, "
+                 f"over {w['used']} pairs ({w['skipped']} of {w['pairs']} skipped: not single tokens)")
+    if "retrieval" in result:
+        r = result["retrieval"]
+        lines.append(f"retrieval ({r['pooling']} pooling, {r['similarity']}, {r['queries']} queries, {r['documents']} "
+                     f"documents): nDCG@10 {r['ndcg@10']:.4f}, MRR@10 {r['mrr@10']:.4f}, Recall@100 {r['recall@100']:.4f}")
+    if "sts" in result:
+        s = result["sts"]
+        lines.append(f"sentence similarity ({s['pooling']} pooling, cosine): Spearman {s['spearman']:.4f} over {s['pairs']} pairs")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = cli.ArgumentParser(description="Probes of a checkpoint: contextual score, self-similarity, word similarity; "
+                           "with --retrieval / --sts, its sentence vectors.", formatter_class=cli.HelpFormatter)
+    p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), "
+                   "checkpoint file, or Hugging Face BERT directory with vocab.txt")
+    p.add_argument("--data", default=None, help="text for the contextual score (as taco.py --data); "
+                   "default: the run's own --data, else toy")
+    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="block length; default: the run's, else 128")
+    p.add_argument("--eval_blocks", type=int_range(2), default=64,
+                   help="blocks probed: of the run's own text its last ones, as taco.py holds them out (at most a "
+                   "tenth); of other text (--data) the first ones, all of it when shorter")
+    p.add_argument("--batch_size", type=int_range(2), default=32,
+                   help="blocks per batch; 'inter' pairs come from one batch")
+    p.add_argument("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
+    p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
+                   "or toy: the toy corpus's wordsim.txt")
+    p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
+    p.add_argument("--retrieval", default=None, help="also: dense retrieval on a BEIR folder (corpus.jsonl, "
+                   "queries.jsonl, qrels/test.tsv), or toy: the toy grammar's")
+    p.add_argument("--sts", default=None, help="also: Spearman of the cosine of two sentence vectors on an "
+                   "STS-format TSV (sentence1, sentence2, score), or toy")
+    p.add_argument("--pooling", default=None, choices=POOLING, help="sentence vector of --retrieval and --sts: the "
+                   "last-layer [CLS] state (RetroMAE's) or the mean over every real token (sentence-transformers'); "
+                   "default: a sentence-transformers folder's own, else cls")
+    p.add_argument("--similarity", default=None, choices=["dot", "cos"], help="retrieval score of two sentence "
+                   "vectors; default: cos for a sentence-transformers folder, else dot (RetroMAE's)")
+    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    cli.add_threads_flag(p)
+    p.add_argument("--heatmap", default=None, help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's "
+                   "token x token last-layer cosines")
+    p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
+                   "the toy corpus's first)")
+    args = p.parse_args(argv)
+    with cli.errors():
+        threads = cli.set_threads(args.threads)  # float sums, so the numbers, depend on it
+        metrics = [m.strip().lower() for m in args.metrics.split(",") if m.strip()]
+        bad = [m for m in metrics if m not in METRICS]
+        if bad or not metrics:
+            raise UsageError(f"unknown metric {', '.join(bad) or repr(args.metrics)}; choose from {', '.join(METRICS)}")
+        # every user mistake is caught before the model runs
+        pairs_file = os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs
+        pairs = read_pairs(pairs_file)
+        if args.json:
+            cli.output_path(args.json, "--json", folder=False)
+        if args.heatmap:
+            picture_path(args.heatmap, "--heatmap")
+            if args.json and os.path.abspath(args.json) == os.path.abspath(args.heatmap):
+                raise UsageError(f"--json and --heatmap both name {args.json}: give two files")
+        toy_eval = toy_sentence_eval(args.cache_dir) if "toy" in (args.retrieval, args.sts) else None
+        retrieval = args.retrieval and (os.path.join(toy_eval, "retrieval") if args.retrieval == "toy" else args.retrieval)
+        sts_pairs = args.sts and read_sts(os.path.join(toy_eval, "sts.tsv") if args.sts == "toy" else args.sts)
+        beir = retrieval and read_beir(retrieval)
+        encoder, tok, run_args, source = load_encoder(args.model)
+        if word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["used"] == 0:
+            raise UsageError(f"none of the {len(pairs)} pairs of {pairs_file} are two single tokens of "
+                             f"this model's vocab; pass --pairs for its vocabulary")
+        run_data = _run_arg(run_args, "data", str, source)
+        data = args.data or run_data or "toy"
+        max_len = args.max_len or _run_arg(run_args, "max_len", int, source) or 128
+        if not 8 <= max_len <= encoder.config.max_position_embeddings:
+            raise UsageError(f"--max_len {max_len}: give 8 to {encoder.config.max_position_embeddings}")
+        trained_on = run_data is not None and _same_text(data, run_data)
+        try:
+            held, about = probe_blocks(data, tok, max_len, args.eval_blocks, trained_on, args.cache_dir)
+        except DataError as err:
+            if args.data:
+                raise
+            raise DataError(f"{err} (the run's own --data, read from its config.json; pass --data)") from None
+        if len(held) < 2:
+            raise UsageError(f"{data} gives only one block of {max_len} tokens: 'inter' pairs need two; "
+                             f"pass more text or a smaller --max_len")
+        print(f"{describe_probe(source, data, max_len, about, args.eval_blocks)} ({threads[0]} thread(s): {threads[1]})")
+        batches = batched(held, args.batch_size)
+        result = {"model": source, "data": data, "max_len": max_len, "blocks": len(held), "probe": about,
+                  "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
+        if beir or sts_pairs:
+            default = sentence_defaults(source)
+            pooling, similarity = args.pooling or default[0], args.similarity or default[1]
+            said = [f"{pooling} pooling ({'--pooling' if args.pooling else default[2]})"]
+            if beir:
+                said.append(f"{similarity} similarity ({'--similarity' if args.similarity else default[2]})")
+            print(f"sentence vectors: {', '.join(said)}")
+        if beir:
+            result["retrieval"] = {"folder": retrieval, **dense_retrieval(encoder, tok, beir, similarity, max_len, pooling)}
+        if sts_pairs:
+            result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len, pooling)
+        print(format_report(result))
+        if args.json:  # before the picture: a picture that fails never costs the numbers
+            checkpoints.write_json(args.json, _finite(result))  # all or nothing
+        if args.heatmap:
+            tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
+            plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)
+        return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Export a taco run or checkpoint (any objective) as a Hugging Face folder.
+
+    python tools/export.py runs/taco hf/taco                       # the newest valid checkpoint of a run
+    python tools/export.py runs/retromae/ckpt_00000600.pt hf/retromae
+    python tools/export.py runs/minilm_taco hf/minilm_taco --encoder_only   # a BertModel: no MLM head
+
+OUT gets config.json (model_type bert, architecture BertForMaskedLM), model.safetensors (the
+encoder, its [CLS] pooler and the MLM head), vocab.txt with tokenizer_config.json, and
+sentence-transformers' modules.json with its pooling. Each of these then loads it as it loads a
+model from the hub:
+
+    transformers.AutoConfig / AutoTokenizer / AutoModel / AutoModelForMaskedLM.from_pretrained("hf/taco")
+    sentence_transformers.SentenceTransformer("hf/taco")      # --pooling: mean, or cls (retromae's default)
+    python finetune.py --model hf/taco;  python taco.py --init hf/taco --data ...
+
+AutoModel reports the MLM head's weights as unused and AutoModelForMaskedLM the pooler's (both are
+"UNEXPECTED ... can be ignored"); nothing is missing. RetroMAE's decoder serves pre-training only and
+is left out, as the official code does. A run that never had a pooler (pre-training trains none)
+gets a freshly initialised one, as transformers would make, so that no weight is reported missing;
+an --init's pooler (a Hugging Face model's) is carried through the run and exported as it was.
+The key mapping is model.py's (`to_hf_state_dict`): this file only chooses and writes.
+"""
+import os
+import shutil
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import cli
+from engine import checkpoints
+from model import BertForPreTraining, to_hf_state_dict
+from engine.hf import write_safetensors
+
+
+def export(spec, out, pooling=None, encoder_only=False):
+    """Write the HF folder `out` from a run, checkpoint or HF folder `spec` -> a summary line."""
+    source, run = checkpoints.trained_with(spec)
+    init = checkpoints.load_init(spec, "SOURCE")  # the weights, RetroMAE's decoder included
+    vocab = checkpoints.vocab_beside(source)
+    cli.regular_file(vocab, "vocabulary")
+    cfg, fresh_pooler = init.config, not init.config.pooler
+    cfg.pooler = True
+    torch.manual_seed(0)  # a fresh pooler is the same in every export
+    model = BertForPreTraining(cfg)
+    state = {k: v for k, v in init.state.items() if not k.startswith("decoder.")}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    left = [k for k in missing if not (k.startswith("pooler.") and fresh_pooler) and k != "mlm.decoder.weight"]
+    if left or unexpected:
+        raise cli.UsageError(f"{source} is not a BERT pre-training checkpoint: missing {left[:3]}, unexpected "
+                             f"{unexpected[:3]}")
+    objective = (run or {}).get("objective")
+    pooling = pooling or ("cls" if objective == "retromae" else "mean")
+    lower = lowercase(source, run)
+    tmp = f"{out.rstrip(os.sep)}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp, vocab_file=vocab, do_lower_case=lower)
+        if encoder_only:  # a BertModel: its keys carry no "bert." prefix, and no MLM head
+            sd = {k.removeprefix("bert."): v for k, v in to_hf_state_dict(model).items() if k.startswith("bert.")}
+            write_safetensors(os.path.join(tmp, "model.safetensors"), sd)
+            checkpoints.write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict("BertModel"))
+        write_sentence_transformers(tmp, cfg, pooling, lower)
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    what = f"{objective} run" if objective else "Hugging Face model"
+    notes = ["RetroMAE's decoder left out"] * any(k.startswith("decoder.") for k in init.state)
+    notes += ["no pooler in the run: a freshly initialised one"] * fresh_pooler
+    params = sum(p.numel() for n, p in model.named_parameters() if not (encoder_only and n.startswith("mlm.")))
+    return (f"exported {source} ({what}, {cfg.num_hidden_layers} x {cfg.hidden_size}, {params / 1e6:.1f}M params) to "
+            f"{out}: {'BertModel' if encoder_only else 'BertForMaskedLM'} + pooler, tokenizer, sentence-transformers "
+            f"({pooling} pooling)" + "".join(f"; {n}" for n in notes))
+
+
+def lowercase(source, run):
+    """Does the tokenizer lowercase? A Hugging Face folder says so in tokenizer_config.json; taco.py
+    keeps case only for a cased hub vocabulary (--vocab bert-base-cased)."""
+    if run is None:
+        path = os.path.join(source, "tokenizer_config.json")
+        return checkpoints.read_json(path).get("do_lower_case", True) if os.path.isfile(path) else True
+    vocab = str(run.get("vocab", "")).lower()
+    return not ("cased" in vocab and "uncased" not in vocab)
+
+
+def write_sentence_transformers(folder, cfg, pooling, lower):
+    """modules.json (the transformer, then pooling) and its two configs: what SentenceTransformer reads."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    checkpoints.write_json(os.path.join(folder, "modules.json"), modules)
+    checkpoints.write_json(os.path.join(folder, "sentence_bert_config.json"),
+                    {"max_seq_length": min(512, cfg.max_position_embeddings), "do_lower_case": False})
+    os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
+    checkpoints.write_json(os.path.join(folder, "1_Pooling", "config.json"), {
+        "word_embedding_dimension": cfg.hidden_size, "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False})
+
+
+def main(argv=None):
+    p = cli.ArgumentParser(description="Export a taco run or checkpoint as a Hugging Face folder that "
+                           "transformers and sentence-transformers load.", formatter_class=cli.HelpFormatter)
+    p.add_argument("source", help="a taco run folder (its newest valid checkpoint), a checkpoint file, or a "
+                   "Hugging Face folder")
+    p.add_argument("out", help="the folder to write (replaced if it holds an export; see --force)")
+    p.add_argument("--pooling", choices=["mean", "cls"], default=None, help="sentence-transformers' pooling "
+                   "(default: cls for a retromae run, whose objective trains [CLS]; else mean)")
+    p.add_argument("--encoder_only", action="store_true", help="write a BertModel (encoder + pooler) without the "
+                   "MLM head: AutoModel and SentenceTransformer load it without a report")
+    p.add_argument("--force", action="store_true", help="replace OUT even if it holds something else than an export")
+    with cli.errors():
+        args = p.parse_args(argv)
+        cli.output_path(args.out, "OUT", folder=True)
+        if os.path.isdir(args.out) and os.listdir(args.out) and not args.force and not os.path.isfile(
+                os.path.join(args.out, "modules.json")):
+            raise cli.UsageError(f"OUT {args.out} is not empty and holds no export; pass --force to replace it, "
+                                 f"or another folder")
+        print(export(args.source, args.out, args.pooling, args.encoder_only))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

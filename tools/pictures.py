@@ -1,0 +1,336 @@
+"""Pictures of what the TC loss does, as PNG (or PDF, SVG, ...) files, from taco run directories (offline).
+
+    python tools/pictures.py cosine runs/mlm runs/taco --out cosine.png   # token x token cosines of two held-out blocks
+    python tools/pictures.py pca runs/mlm runs/taco --out pca.png         # global parts g, coloured by block and by topic
+    python tools/pictures.py curves runs/mlm runs/taco --out curves.png   # loss, MLM, each objective's own loss, contextual score
+
+cosine: the last-layer states h (--part g: the global parts g = h - e) of consecutive held-out
+blocks, every pair's cosine, one panel per run; white lines at the blocks' edges, red dashed lines
+at the document boundaries ([SEP]) inside them. TACO's picture is one bright square per BLOCK:
+its tokens agree with each other whichever document they come from, and not with the next block.
+The document boundaries do not cut the squares: TC's negatives come from the other sequences of the
+batch (sample_negatives), so for TC a context is a block. The title gives the mean cosines behind it.
+pca: g = h - e of held-out tokens of the toy corpus on their first two principal components; top
+row coloured by block (each TACO cluster is one block, numbered at its centre), bottom row by the
+topic of the token's document (blocks of one topic do not merge; a block holding two documents is
+one cluster of two colours). curves: from each run's metrics.jsonl, each run in its own colour in
+every panel, each objective's own auxiliary loss named (TC, TaCL, RetroMAE's decoder).
+Drawing needs matplotlib (`pip install matplotlib`); the rest of taco does not. Mistakes end in one
+`error:` line, exit 2 (cli.errors).
+"""
+import sys
+import os
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import cli  # before torch: cli sets how idle CPU threads wait
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from engine import checkpoints
+from engine.cli import UsageError
+from data import make_blocks
+from engine.corpus import tokenize_corpus
+from engine.toy import TOPICS
+
+
+class PictureError(UsageError):
+    """A user mistake: one line, exit code 2."""
+
+
+# each objective's losses as metrics.jsonl logs them: "loss" is the total, "mlm" MLM's part, "tc" the other one
+OBJECTIVES = {
+    "mlm": {"loss": "MLM", "mlm": "MLM", "tc": None},
+    "taco": {"loss": "MLM + λ·TC", "mlm": "MLM", "tc": "TC (token alignment)"},
+    "tacl": {"loss": "MLM + λ·TaCL", "mlm": "MLM", "tc": "TaCL (token contrast with the teacher)"},
+    "retromae": {"loss": "encoder MLM + decoder", "mlm": "encoder MLM (30 %, whole words)",
+                 "tc": "RetroMAE decoder (rebuilds the text)"},
+}
+
+
+# ----------------------------------------------------------------------------- the toy corpus's topics
+
+def topic_words(tok):
+    """{token id: topic index} for the content words of exactly one topic that are one token
+    (or whose first piece is unique to one topic: "light" of "light-house")."""
+    owner = {}
+    for i, (topic, parts) in enumerate(TOPICS.items()):
+        for word in " ".join(parts).split():
+            owner.setdefault(word.split("-")[0], set()).add(i)
+    return {tok.vocab[w]: next(iter(t)) for w, t in owner.items() if len(t) == 1 and w in tok.vocab}
+
+
+def document_topics(tokens, tok):
+    """Each token's document topic (index into TOPICS; -1 if no content word decides it). Documents
+    end at [SEP]; a document's topic is the one most of its content words belong to (85% are drawn
+    from it by the generator, so the vote is nearly always right)."""
+    words = topic_words(tok)
+    tokens = np.asarray(tokens)
+    doc = np.concatenate([[0], np.cumsum(tokens[:-1] == tok.sep_id)])  # document index of each token
+    votes = {}
+    for d, t in zip(doc, tokens):
+        if int(t) in words:
+            votes.setdefault(int(d), Counter())[words[int(t)]] += 1
+    best = np.full(doc[-1] + 1, -1)
+    for d, c in votes.items():
+        best[d] = c.most_common(1)[0][0]
+    return best[doc]
+
+
+# ----------------------------------------------------------------------------- runs and their states
+
+def load_run(spec):
+    """-> (encoder, tokenizer, the run's taco.py arguments or {}, source) of a run directory,
+    checkpoint or Hugging Face folder; a vocab.txt that does not fit the model is one line."""
+    from tools import analyze
+    from engine.tasks import FinetuneError
+    try:
+        encoder, tok, run_args, source = analyze.load_encoder(spec)
+    except FinetuneError as err:
+        raise PictureError(str(err)) from None
+    words = encoder.embeddings.word.num_embeddings
+    if tok.vocab_size != words:
+        raise PictureError(f"{spec}: its vocab.txt has {tok.vocab_size} tokens but the model has {words} word "
+                           f"embeddings; put beside it the vocab.txt the model was trained with")
+    return encoder, tok, run_args, source
+
+
+def heldout(tok, data, max_len, eval_blocks=64, cache_dir=None):
+    """The held-out blocks taco.py evaluates on (the corpus's last ones, as analyze.heldout_batches)
+    -> (ids (n, max_len) int64, topic (n, max_len); topic is -1 for [CLS]/[SEP] and outside the toy corpus)."""
+    tokens = tokenize_corpus(data, tok, cache_dir)
+    body = max_len - 2
+    n = len(tokens) // body
+    n_eval = min(eval_blocks, n // 10) or min(eval_blocks, n)
+    lo, hi = (n - n_eval) * body, n * body
+    ids = make_blocks(tokens[lo:hi], max_len, tok.cls_id, tok.sep_id)[:].astype(np.int64)  # every block, as an array
+    topic = np.full(ids.shape, -1)
+    if data == "toy":
+        topic[:, 1:-1] = document_topics(tokens, tok)[lo:hi].reshape(n_eval, body)
+        topic[ids == tok.sep_id] = -1
+    return torch.from_numpy(ids), topic
+
+
+@torch.no_grad()
+def states(encoder, ids):
+    encoder.eval()
+    return encoder(ids)  # (h, e)
+
+
+def short_name(spec):
+    return os.path.basename(os.path.normpath(spec)) if os.path.isdir(spec) else os.path.normpath(spec)
+
+
+def objective_of(spec):
+    """The --objective a run was trained with (its config.json; "taco" if it does not say)."""
+    folder = spec if os.path.isdir(spec) else os.path.dirname(spec)
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        return "taco"
+    return checkpoints.read_json(path).get("args", {}).get("objective", "taco")
+
+
+# ----------------------------------------------------------------------------- the pictures
+
+def pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PictureError("pictures.py draws with matplotlib, which is not installed: pip install matplotlib") from None
+    return plt
+
+
+def output_file(out, picture):
+    """--out, checked before any work: a file whose extension matplotlib writes (png, pdf, svg, ...),
+    or a folder (an existing one, or a path ending in /) that gets <picture>.png. -> the path written."""
+    pyplot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if out.endswith(("/", os.sep)) or os.path.isdir(out):
+        cli.output_path(out, "--out", folder=True)
+        return os.path.join(out, f"{picture}.png")
+    ext = os.path.splitext(out)[1].lstrip(".").lower()
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if not ext:
+        raise PictureError(f"--out {out} has no extension: name a file such as {out}.png (or .pdf, .svg), or a "
+                           f"folder ending in /")
+    if ext not in formats:
+        raise PictureError(f"--out {out}: matplotlib cannot write .{ext} files; use one of {', '.join(sorted(formats))}")
+    return cli.output_path(out, "--out", folder=False)
+
+
+def first_blocks(ids, sep_id, n):
+    """The first of the n consecutive held-out blocks with the most document boundaries inside them."""
+    inner = (ids[:, 1:-1] == sep_id).sum(1)
+    sums = [int(inner[i:i + n].sum()) for i in range(len(ids) - n + 1)]
+    return int(np.argmax(sums))
+
+
+def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
+    """Token x token cosine matrix of n_blocks consecutive held-out blocks for each run; block
+    edges white, document boundaries red; mean cosines within a block (same / other document)
+    and across blocks in the title."""
+    plt = pyplot()
+    panels = []
+    for spec in run_dirs:
+        encoder, tok, run_args, _ = load_run(spec)
+        ids, _ = heldout(tok, run_args.get("data", "toy"), run_args.get("max_len", 128))
+        if block is None:
+            block = first_blocks(ids, tok.sep_id, min(n_blocks, len(ids)))
+        if block + n_blocks > len(ids):
+            raise PictureError(f"--block {block} --blocks {n_blocks}: the held-out set has {len(ids)} blocks "
+                               f"(0 to {len(ids) - 1})")
+        chosen = ids[block:block + n_blocks]
+        h, e = states(encoder, chosen)
+        x = F.normalize((h - e if part == "g" else h).float(), dim=-1).reshape(-1, h.shape[-1])
+        cos = (x @ x.T).numpy()
+        T = chosen.shape[1]
+        flat = chosen.flatten()
+        is_sep = (flat == tok.sep_id).numpy()
+        blk = np.arange(len(flat)) // T
+        doc = np.cumsum(is_sep) - is_sep + blk * len(flat)  # a document ends at its [SEP]; never across blocks
+        off = ~np.eye(len(flat), dtype=bool)
+        same_block, same_doc = (blk[:, None] == blk[None, :]) & off, (doc[:, None] == doc[None, :]) & off
+        stats = {"same document": cos[same_doc].mean(),
+                 "other document, same block": cos[same_block & ~same_doc].mean() if (same_block & ~same_doc).any()
+                 else float("nan"),
+                 "other block": cos[blk[:, None] != blk[None, :]].mean() if n_blocks > 1 else float("nan")}
+        boundaries = [i for i in np.flatnonzero(is_sep) if i % T != T - 1]  # inner [SEP]s: a document ends there
+        panels.append((short_name(spec), cos, boundaries, stats))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.6), squeeze=False)
+    for ax, (name, cos, boundaries, stats) in zip(axes[0], panels):
+        im = ax.imshow(cos, vmin=-0.2, vmax=1, cmap="viridis")
+        for s in boundaries:
+            for line in (ax.axhline, ax.axvline):
+                line(s + 0.5, color="red", lw=0.8, ls="--")
+        for k in range(1, n_blocks):
+            for line in (ax.axhline, ax.axvline):
+                line(k * T - 0.5, color="white", lw=1.5)
+        said = "\n".join(f"{k}: {v:.2f}" for k, v in stats.items() if not np.isnan(v))
+        ax.set_title(f"{name}: cosine of {part}; mean over pairs of\n{said}", fontsize=8)
+        ax.set_xlabel("token position")
+    axes[0, 0].set_ylabel(f"held-out blocks {block} to {block + n_blocks - 1}", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+    fig.text(0.02, -0.02, "white lines: block edges; red dashed: document boundaries ([SEP]) inside a block",
+             fontsize=8)
+    return save(fig, out, plt)
+
+
+def pca(run_dirs, out, max_tokens=3000):
+    """2-D PCA of the global parts g of held-out tokens: coloured by block (top) and by their
+    document's topic (bottom)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(2, len(run_dirs), figsize=(4.5 * len(run_dirs), 8.4), squeeze=False)
+    for col, spec in enumerate(run_dirs):
+        encoder, tok, run_args, _ = load_run(spec)
+        if run_args.get("data", "toy") != "toy":
+            raise PictureError(f"{spec} was not trained on the toy corpus: pca colours tokens by the toy documents' topics")
+        ids, topic = heldout(tok, "toy", run_args.get("max_len", 128))
+        h, e = states(encoder, ids)
+        keep = topic >= 0  # content tokens whose document's topic is known (no [CLS]/[SEP])
+        block = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[keep][:max_tokens]
+        g = (h - e)[torch.from_numpy(keep)].double()[:max_tokens]
+        t = topic[keep][:max_tokens]
+        g = g - g.mean(0)
+        _, _, v = torch.linalg.svd(g, full_matrices=False)
+        xy = (g @ v[:2].T).numpy()
+        top, bottom = axes[0, col], axes[1, col]
+        top.scatter(*xy.T, s=3, alpha=0.6, c=[plt.cm.tab20(b % 20) for b in block])
+        for b in np.unique(block):  # a block that forms a cluster: its number at its centre
+            mine = xy[block == b]
+            if np.linalg.norm(mine.std(0)) < 0.3 * np.linalg.norm(xy.std(0)):
+                top.annotate(str(b), mine.mean(0), fontsize=6, ha="center", va="center")
+        for i, name in enumerate(TOPICS):
+            bottom.scatter(*xy[t == i].T, s=3, alpha=0.6, color=plt.cm.tab10(i), label=name)
+        top.set_title(f"{short_name(spec)}: g = h - e of {len(t)} tokens, PCA\ncoloured by block "
+                      f"({len(np.unique(block))} blocks; tight ones numbered)", fontsize=9)
+        bottom.set_title("the same points, coloured by their document's topic", fontsize=9)
+        for ax in (top, bottom):
+            ax.set_xticks([])
+            ax.set_yticks([])
+    axes[1, -1].legend(fontsize=7, markerscale=3, loc="center left", bbox_to_anchor=(1, 0.5), title="document topic")
+    return save(fig, out, plt)
+
+
+def curves(run_dirs, out):
+    """Training loss, MLM loss, each objective's own auxiliary loss (every --log_every steps) and
+    the held-out contextual score (every --eval_every) vs step; one colour per run in every panel."""
+    plt = pyplot()
+    read = []
+    for i, spec in enumerate(run_dirs):
+        path = os.path.join(spec, "metrics.jsonl")
+        if not os.path.isfile(path):
+            raise PictureError(f"{spec} has no metrics.jsonl: pass taco.py run directories")
+        objective = objective_of(spec)
+        read.append((short_name(spec), objective, checkpoints.read_jsonl(path), plt.cm.tab10(i % 10)))
+    names = {o for _, o, _, _ in read}
+    aux = [OBJECTIVES[o]["tc"] for o in OBJECTIVES if o in names and OBJECTIVES[o]["tc"]]
+    panels = [("loss", "training loss: " + " / ".join(OBJECTIVES[o]["loss"] for o in OBJECTIVES if o in names)),
+              ("mlm", "MLM loss" + (" (RetroMAE: its encoder's)" if "retromae" in names else "")),
+              ("tc", "each objective's own loss: " + " / ".join(aux) if aux else "no auxiliary loss (MLM runs only)"),
+              ("ctx_score", "contextual score (held-out blocks)")]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for name, objective, rows, colour in read:
+        for ax, (key, _) in zip(axes.flat, panels):
+            pts = [(r["step"], r[key]) for r in rows if key in r]
+            if key == "tc" and not OBJECTIVES.get(objective, {}).get("tc"):
+                pts = []  # an MLM run logs tc = 0: no curve
+            if pts:
+                label = f"{name} ({objective}" + (f": {OBJECTIVES[objective]['tc'].split(' (')[0]})"
+                                                  if key == "tc" else ")")
+                ax.plot(*zip(*pts), color=colour, marker="o" if key == "ctx_score" else None, ms=3, label=label)
+            tp = [(r["step"], r["tp"]) for r in rows if "tp" in r]
+            if key == "tc" and tp:  # --predict_all: MLM+TP's token-prediction loss
+                ax.plot(*zip(*tp), color=colour, ls="--", label=f"{name} (MLM+TP: token prediction)")
+    for ax, (key, title) in zip(axes.flat, panels):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save(fig, out, plt)
+
+
+def save(fig, out, plt):
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # a --out folder that did not exist yet
+    fig.savefig(out, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {out}")
+    return out
+
+
+def main(argv=None):
+    p = cli.ArgumentParser(description="Pictures of what TACO's TC loss does, from run directories.")
+    sub = p.add_subparsers(dest="picture", required=True)
+    c = sub.add_parser("cosine", help="token x token cosine matrix of consecutive held-out blocks per run")
+    c.add_argument("runs", nargs="+", help="taco run directories or checkpoints (e.g. runs/mlm runs/taco)")
+    c.add_argument("--part", default="h", choices=["h", "g"], help="last-layer states h, or global parts g = h - e")
+    c.add_argument("--block", type=cli.int_range(0), default=None,
+                   help="the first held-out block (default: where --blocks blocks hold the most document boundaries)")
+    c.add_argument("--blocks", type=cli.int_range(1, 8), default=2, help="consecutive blocks in the matrix")
+    c.add_argument("--out", default="cosine.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+    cli.add_threads_flag(c)
+    q = sub.add_parser("pca", help="2-D PCA of g of held-out tokens, coloured by block and by document topic (toy corpus)")
+    q.add_argument("runs", nargs="+", help="taco run directories or checkpoints trained on the toy corpus")
+    q.add_argument("--tokens", type=cli.int_range(2), default=3000, help="at most this many tokens")
+    q.add_argument("--out", default="pca.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+    cli.add_threads_flag(q)
+    k = sub.add_parser("curves", help="loss, MLM, each objective's own loss and contextual score vs step")
+    k.add_argument("runs", nargs="+", help="taco run directories")
+    k.add_argument("--out", default="curves.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+    args = p.parse_args(argv)
+    with cli.errors():
+        cli.set_threads(getattr(args, "threads", None))
+        out = output_file(args.out, args.picture)  # before any work
+        if args.picture == "cosine":
+            return cosine(args.runs, out, args.part, args.block, args.blocks)
+        if args.picture == "pca":
+            return pca(args.runs, out, args.tokens)
+        return curves(args.runs, out)
+
+
+if __name__ == "__main__":
+    main()

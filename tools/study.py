@@ -1,0 +1,937 @@
+"""MLM vs TACO (and the paper's ablations) under one seed, data and budget, measured over training.
+
+Every objective is pre-trained by `taco.py` (a subprocess) with the same flags; every saved
+checkpoint, plus the shared random init (step 0), is then measured with analyze.py (contextual
+score with blocks and with documents as contexts, co-occurring words' embedding cosine, the
+word-similarity Spearman) and fine-tuned on the toy pair task once per fine-tuning seed with
+finetune.py's own loop, each fine-tuned model scored on the task's 1,000 dev pairs and on
+5,000 held-out pairs of its own (toy.toy_pair_eval: the steadier score). Output:
+OUT/study.json, OUT/table.md, the printed table and one PNG (matplotlib is optional). Several
+pre-training seeds go into OUT/seed<S>; OUT/table.md then gives mean ± std over them, per seed
+the step at which each objective first reaches MLM's final fine-tuned score, and how much of
+the spread is fine-tuning noise rather than pre-training.
+
+Runs go side by side, --jobs at a time (default: the idle CPU cores), one thread each: first
+every pre-training run, then every checkpoint's measurement. study.py never replaces a run it
+did not create (--force does); stopped by a signal, it stops its taco.py runs (each saves a
+checkpoint) and the same command later resumes them and reuses every finished seed.
+
+    python tools/study.py                                          # MLM vs TACO, tiny, toy corpus, CPU
+    python tools/study.py --seed 0,1,2,3,4,5,6,7 --mlm_ft_every 300 --out runs/study8   # eight pre-training seeds
+    python tools/study.py --variants mlm,taco,taco_masked,mlm_tp,mlm_frozen,taco_frozen --out runs/ablations
+    python tools/study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
+        --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
+    python tools/study.py --tacl          # TaCL's miniature: MLM, then TaCL vs more MLM from it (docs/tacl.md)
+    python tools/study.py --retromae --out runs/retromae_study     # MLM vs TACO vs RetroMAE from one MLM init
+
+The --retromae mode (docs/retromae.md) pre-trains MLM for --steps, continues mlm, taco and
+retromae from it for --continue_steps each, and measures the [CLS] vector as a sentence
+embedding (toy retrieval and similarity) next to the contextual score and fine-tuning.
+"""
+import argparse
+import contextlib
+import io
+import json
+import math
+import multiprocessing
+import os
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from tools import analyze
+from engine import checkpoints
+from engine import flags
+from engine import cli
+import finetune
+from engine import finetuning
+from engine import runs
+from engine.cli import UsageError, float_range, int_range
+from data import load_tokenizer
+from engine.evalsets import read_beir, read_pairs, read_sts
+from model import BertConfig, BertForPreTraining
+from engine.toy import toy_corpus, toy_pair_eval, toy_sentence_eval
+
+ROOT = os.path.dirname(HERE := os.path.dirname(os.path.abspath(__file__)))  # tools/, the repository root
+VARIANTS = {  # name -> taco.py flags; all else is shared
+    "mlm": ["--objective", "mlm"],
+    "taco": ["--objective", "taco"],
+    "taco_masked": ["--objective", "taco", "--tc_positions", "masked"],  # TC on masked positions only
+    "mlm_tp": ["--objective", "mlm", "--predict_all"],  # MLM + token prediction at every position
+    "mlm_frozen": ["--objective", "mlm", "--freeze_embeddings"],  # Fig. 4
+    "taco_frozen": ["--objective", "taco", "--freeze_embeddings"],
+    "mlm_untied": ["--objective", "mlm", "--untie_embeddings"],  # Appendix B
+    "taco_untied": ["--objective", "taco", "--untie_embeddings"],
+    "retromae": ["--objective", "retromae"],  # whole-word MLM at 30% + RetroMAE's decoder loss
+}
+# --taco_args may set what every objective shares (--warmup, --negatives, ...), but neither what
+# makes a variant what it is (else the "taco" rows could be an MLM run) nor what study.py sets.
+VARIANT_KEYS = sorted({f[2:] for flags in VARIANTS.values() for f in flags if f.startswith("--")} | {"init"})
+STUDY_KEYS = ("size", "data", "steps", "max_len", "batch_size", "lr", "seed", "device", "cache_dir", "threads",
+              "out", "save_every", "eval_every", "keep_last", "resume", "force")
+MARKER = ".made_by_study"  # in each run folder study.py creates: the runs it may resume or replace
+
+
+# ----------------------------------------------------------------------------- pre-training
+
+def taco_argv(name, args, seed, out, extra=(), user=None):
+    """taco.py's flags for one variant: its VARIANTS flags, the shared settings, --taco_args
+    (or `user`), what study.py needs (a checkpoint every --save_every steps, all kept), `extra`."""
+    shared = {k: getattr(args, k) for k in ("size", "data", "steps", "max_len", "batch_size", "lr", "device",
+                                            "cache_dir")}
+    shared["seed"] = seed
+    shared["steps"] = shared["steps"] or None  # 0: the recipe's
+    user = shlex.split(args.taco_args) if user is None else user
+    return (VARIANTS.get(name, []) + [f"--{k}={v}" for k, v in shared.items() if v is not None] + list(user)
+            + ["--save_every", str(args.save_every), "--eval_every", str(args.save_every), "--keep_last", "1000000",
+               "--out", out, *extra])
+
+
+def taco_settings(argv, what=""):
+    """taco.py's settings for argv, as a dict; taco.py's own complaint as one error line."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return vars(flags.get_args(argv))
+    except SystemExit:
+        raise UsageError(what + err.getvalue().strip().removeprefix("error: ")) from None
+    except UsageError as mistake:  # --init's weights are read while parsing
+        raise UsageError(what + str(mistake)) from None
+
+
+def check_taco_args(args, names):
+    """Refuse --taco_args that would change what a variant is or what study.py sets itself."""
+    def refuse(k, name):
+        if k in VARIANT_KEYS:
+            raise UsageError(f"--taco_args sets --{k}, which decides what a variant is (here {name!r}); "
+                             f"choose objectives with --variants ({', '.join(VARIANTS)})")
+        raise UsageError(f"--taco_args sets --{k}, which study.py sets itself"
+                         + (f"; pass --{k} to study.py" if k in vars(args) else ""))
+    try:
+        user = shlex.split(args.taco_args)
+    except ValueError as err:
+        raise UsageError(f"--taco_args {args.taco_args!r}: {err}") from None
+    if not user:
+        return
+    if any(tok.split("=")[0] == "--init" for tok in user):  # by name: taco.py reads its weights while parsing
+        refuse("init", names[0])
+    default, given = taco_settings([]), taco_settings(user, "--taco_args: ")
+    for name in names:
+        alone = taco_settings(taco_argv(name, args, args.seed[0], "OUT", user=[]))
+        mixed = taco_settings(taco_argv(name, args, args.seed[0], "OUT", user=user), "--taco_args: ")
+        changed = [k for k in (*VARIANT_KEYS, *STUDY_KEYS) if mixed[k] != alone[k] or given[k] != default[k]]
+        if changed:
+            refuse(changed[0], name)
+        if mixed["objective"] == "taco" and mixed["tc_weight"] == 0:
+            raise UsageError(f"--taco_args --tc_weight 0 makes {name!r} an MLM run; leave --tc_weight out")
+
+
+def plan_run(name, args, seed, out_dir, extra=(), init=None):
+    """What to do for one variant's run in out_dir/name -> (run dir, taco.py flags, or None when
+    it holds this run finished). `init`: the run a continuation starts from (its newest
+    checkpoint must be the one the finished run started from). study.py resumes or replaces only
+    runs it created (MARKER); any other run in the way is an error, before any training, unless --force."""
+    out = os.path.join(out_dir, name)
+    argv = taco_argv(name, args, seed, out, extra)
+    want = {k: v for k, v in taco_settings(argv).items() if k not in flags.RESUMABLE}
+    config = {}
+    with contextlib.suppress(OSError, ValueError):
+        config = checkpoints.read_json(os.path.join(out, "config.json"))
+    config = config if isinstance(config, dict) else {}
+    have = config.get("args") if isinstance(config.get("args"), dict) else None
+    same = have is not None and all(have.get(k) == v for k, v in want.items())
+    if same and init is not None:  # a continuation: from the same checkpoint of its init
+        start = checkpoints.latest_checkpoint(init)
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            same = start is not None and (config.get("init") or {}).get("sha256") == \
+                checkpoints.read_json(start[:-3] + ".json")["sha256"]
+    last = checkpoints.latest_checkpoint(out) if same else None
+    if last and os.path.basename(last) == f"ckpt_{want['steps']:08d}.pt":
+        return out, None
+    if not os.path.exists(os.path.join(out, "config.json")) and not checkpoints.list_checkpoints(out):
+        return out, argv  # nothing there yet
+    if os.path.exists(os.path.join(out, MARKER)):  # ours: go on where it stopped, or start again
+        return out, argv + (["--resume"] if last else ["--force"])
+    if args.force:
+        return out, argv + ["--force"]
+    raise UsageError(f"{out} holds a run that study.py did not create{'' if same else ' (other settings)'}; "
+                     f"pass --force to replace it, or choose another --out")
+
+
+def pretrain_all(plans, args):
+    """Run the planned taco.py commands (plan_run), --jobs at a time, each logging to
+    RUN/pretrain.log -> {run dir: (wall s, CPU s)}. When one fails, or the study is stopped, the
+    others are stopped too (SIGTERM: each saves a checkpoint, and the same study resumes it)."""
+    launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]
+    todo, running, times = [(out, argv) for out, argv in plans if argv is not None], {}, {}
+    for out, argv in plans:
+        if argv is None:
+            print(f"{os.path.basename(out)}: reusing the finished run in {out}")
+    try:
+        while todo or running:
+            while todo and len(running) < args.jobs:
+                out, argv = todo.pop(0)
+                os.makedirs(out, exist_ok=True)
+                open(os.path.join(out, MARKER), "a").close()
+                cmd = launcher + [os.path.join(ROOT, "taco.py"), *argv]
+                cmd += ["--threads", str(args.threads)] if args.threads else []
+                with open(os.path.join(out, "pretrain.log"), "a") as log:
+                    log.write(f"$ {shlex.join(cmd)}\n")
+                    log.flush()
+                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+                running[proc.pid] = (out, proc, time.time())
+                print(f"pre-training {out} (log: {log.name})", flush=True)
+            time.sleep(0.2)
+            for pid, (out, proc, t0) in list(running.items()):
+                pid, status, usage = os.wait4(pid, os.WNOHANG)  # with the child's CPU time
+                if not pid:
+                    continue
+                del running[proc.pid]
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                times[out] = (round(time.time() - t0), round(usage.ru_utime + usage.ru_stime))
+                if proc.returncode:
+                    with open(os.path.join(out, "pretrain.log"), errors="replace") as f:
+                        tail = [line for line in f.read().replace("\r", "\n").splitlines() if line.strip()][-1:]
+                    raise UsageError(f"taco.py failed for {out} (exit {proc.returncode}): {' '.join(tail)}; "
+                                     f"see {out}/pretrain.log" + (" (the other runs were stopped; the same "
+                                     "command resumes them)" if running else ""))
+                print(f"{out}: pre-trained in {times[out][0]} s ({times[out][1]} s CPU)", flush=True)
+    finally:
+        stop_children([proc for _, proc, _ in running.values()])
+    return times
+
+
+def stop_children(procs, grace=60):
+    """SIGTERM to every child still running (taco.py saves a checkpoint at its next step and
+    exits 143); SIGKILL to any still there after `grace` seconds."""
+    procs = [p for p in procs if p.poll() is None]
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    deadline = time.time() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """SIGINT / SIGTERM end the study at once (cli.Interrupted: exit 130 / 143) after its
+    children are stopped (the `finally` blocks); a second signal meanwhile is ignored."""
+    def stop(signum, frame):
+        for s in old:
+            signal.signal(s, signal.SIG_IGN)
+        raise cli.Interrupted(signum, f"study.py stopped by {signal.Signals(signum).name}; the same command "
+                              "goes on: finished runs and measured seeds are reused, stopped runs resumed")
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+# ----------------------------------------------------------------------------- measuring
+
+_CACHE = {}  # per process: what every checkpoint's measurement shares
+
+
+def cached(key, make):
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def finetune_data(args, vocab_file, device):
+    """finetune.py's settings and the toy pair task's train / dev splits, encoded once, and the
+    --ft_heldout pairs (None without them)."""
+    tok = load_tokenizer(vocab_file)
+    fargs = finetuning.get_args(["--max_len", str(args.ft_max_len)])
+    fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
+    fargs.device = device
+    bf16 = fargs.device.type == "cuda" and torch.cuda.is_bf16_supported()
+    fargs.dtype = "bf16" if bf16 else "fp32"
+    fargs.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
+    data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
+    if args.ft_train:
+        data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
+    heldout = None
+    if getattr(args, "ft_heldout", 0):
+        folder = toy_pair_eval(args.cache_dir, n=args.ft_heldout)
+        heldout = finetune.encode(tok, finetune.load_split(task, "dev", folder), args.ft_max_len)
+    return {"args": fargs, "data": data, "heldout": heldout}
+
+
+def finetune_scores(config, weights, args, ft):
+    """Fine-tune one encoder on the toy pair task once per --ft_seeds -> (dev main scores,
+    held-out main scores or []), main = (acc+F1)/2. Learning rate, warm-up and weight decay:
+    finetune.py's recipe for the model's size."""
+    recipe = finetuning.ft_recipe(config)
+    fargs = argparse.Namespace(**{**vars(ft["args"]), "warmup": recipe["warmup"], "weight_decay": recipe["weight_decay"]})
+    task, dev, heldout = finetune.TASKS["toy"], [], []
+    for seed in args.ft_seeds:
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+            # quiet: finetune prints a line and a progress bar per epoch
+            record, model = finetune.run_one(task, ft["data"], config, weights, fargs,
+                                             args.ft_lr or recipe["lr"], args.ft_batch_size, args.ft_epochs, seed)
+        dev.append(record["metrics"]["main"])
+        if ft["heldout"] is not None:
+            heldout.append(finetune.evaluate(model, task, {"dev": ft["heldout"]}, fargs)["main"])
+    return dev, heldout
+
+
+def word_pairs(args):
+    return read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
+                              if args.pairs == "toy" else args.pairs)
+
+
+def measure_checkpoint(run, path, args, fine_tune=True):
+    """One checkpoint of a run (path None: the run's random init, step 0) -> its row, less
+    "variant" and "seed": held-out MLM (the run's log), analysis, fine-tuning (unless not
+    `fine_tune`), the CPU seconds."""
+    t0 = time.process_time()
+    cfg = checkpoints.read_json(os.path.join(run, "config.json"))
+    if path is None:
+        torch.manual_seed(cfg["args"]["seed"])  # taco.py's init, exactly
+        encoder, step = BertForPreTraining(BertConfig(**cfg["model_config"])).bert.eval(), 0
+    else:
+        encoder, _, _, _ = analyze.load_encoder(path)
+        step = int(os.path.basename(path)[5:-3])  # ckpt_00000200.pt
+    a, vocab = cfg["args"], os.path.join(run, "vocab.txt")
+    tok = cached(("tok", vocab), lambda: load_tokenizer(vocab))
+    batches = cached(("blocks", vocab, a["data"], a["max_len"], a["eval_blocks"]),
+                     lambda: analyze.heldout_batches(a["data"], tok, a["max_len"], a["eval_blocks"], 32, args.cache_dir))
+    res = analyze.analyze(encoder, tok, batches, cached(("pairs",), lambda: word_pairs(args)))
+    dev, heldout = [], []
+    if args.ft_seeds and fine_tune:
+        ft = cached(("ft", vocab), lambda: finetune_data(args, vocab, cli.device(args.device)))
+        dev, heldout = finetune_scores(encoder.config, {"bert." + k: v for k, v in encoder.state_dict().items()},
+                                       args, ft)
+    ev = next((r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl"))
+               if r.get("step") == step and "eval_mlm_loss" in r), {})
+    return {"step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"), "eval_mlm_acc": ev.get("eval_mlm_acc"),
+            **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
+            **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
+            "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
+            **score_fields("ft", dev), **score_fields("ft_heldout", heldout),
+            "sha256": path and checkpoints.read_json(path[:-3] + ".json")["sha256"],  # what was measured
+            "cpu_s": round(time.process_time() - t0, 1)}
+
+
+def score_fields(prefix, scores):
+    return {f"{prefix}_scores": scores, f"{prefix}_mean": float(np.mean(scores)) if scores else None,
+            f"{prefix}_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0}
+
+
+def _worker_init(threads):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the study, which ends its workers
+    torch.set_num_threads(threads or 1)
+
+
+def _measure(job):
+    key, *work = job
+    return key, measure_checkpoint(*work)
+
+
+def measure_all(jobs, args, done):
+    """Measure every (key, run, checkpoint, fine-tune or not) in `jobs`, --jobs at a time in worker processes of
+    --threads each (in this process with --jobs 1); done(key, row) gets each row as it comes."""
+    if args.jobs == 1 or len(jobs) <= 1:
+        for key, run, path, fine_tune in jobs:
+            done(key, measure_checkpoint(run, path, args, fine_tune))
+        return
+    # spawn, not fork: a forked child would inherit PyTorch's thread pool mid-use
+    with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs)), _worker_init, (args.threads,)) as pool:
+        for key, row in pool.imap_unordered(_measure, [(key, run, path, args, ft) for key, run, path, ft in jobs]):
+            done(key, row)
+        pool.close()
+        pool.join()
+
+
+def measured_checkpoints(run, run_args):
+    """(step, path) of a run's checkpoints every --save_every steps and at its end, in order; not
+    the extra one a run stopped by a signal saved where it stopped (it resumed from there)."""
+    every, steps = run_args["save_every"], run_args["steps"]
+    found = ((int(os.path.basename(p)[5:-3]), p) for p in checkpoints.list_checkpoints(run))  # ckpt_00000200.pt
+    return sorted((step, p) for step, p in found if step % every == 0 or step == steps)
+
+
+def study_seeds(args, names):
+    """The default mode: every seed's runs pre-trained side by side, then every checkpoint
+    measured side by side; each seed saved in its folder once its rows are in -> all rows, times."""
+    outs = {seed: args.out if len(args.seed) == 1 else os.path.join(args.out, f"seed{seed}") for seed in args.seed}
+    rows, times = {}, {}
+    for seed, out in outs.items():
+        saved = finished(out, args, seed)
+        if saved:  # e.g. measured by `study.py --seed S --out OUT/seedS`: only the aggregate is new
+            print(f"seed {seed}: reusing the measured study in {out}")
+            rows[seed], times[seed] = saved["rows"], saved.get("time", {})
+    todo = [seed for seed in args.seed if seed not in rows]
+    plans = {(seed, name): plan_run(name, args, seed, outs[seed]) for seed in todo for name in names}
+    pretrained = pretrain_all(list(plans.values()), args)
+    jobs, share, got = [], {}, {}  # share: objectives that share an init share its step-0 row
+    for seed in todo:
+        inits = {}
+        for name in names:
+            run = plans[seed, name][0]
+            cfg = checkpoints.read_json(os.path.join(run, "config.json"))
+            init = json.dumps([cfg["model_config"], seed, cfg["args"]["data"], cfg["args"]["max_len"]])
+            if init not in inits:
+                inits[init] = (seed, name, 0)
+                jobs.append(((seed, name, 0), run, None, True))
+            share[seed, name, 0] = inits[init]
+            every = args.mlm_ft_every if name == "mlm" else 0  # MLM's last is what the others are compared with
+            jobs += [((seed, name, step), run, p, not every or step % every == 0 or step == cfg["args"]["steps"])
+                     for step, p in measured_checkpoints(run, cfg["args"])]
+    left = {seed: sum(job[0][0] == seed for job in jobs) for seed in todo}
+
+    def done(key, row):
+        seed, name, step = key
+        got[key] = row
+        print(f"  seed {seed} {name} step {step}: ctx {row['ctx_score']:.3f} (documents {row['ctx_doc_score']:.3f}), "
+              f"co-occurring words' cosine {row['wordsim_cooc']:.3f}"
+              + (f", fine-tuned {100 * row['ft_mean']:.1f}" if row["ft_mean"] is not None else "")
+              + (f" (held-out {100 * row['ft_heldout_mean']:.1f})" if row["ft_heldout_mean"] is not None else "")
+              + f" [{row['cpu_s']:.0f} s CPU]", flush=True)
+        left[seed] -= 1
+        if left[seed]:
+            return
+        keys = [k for k in sorted(set(share) | set(got), key=lambda k: (names.index(k[1]), k[2])) if k[0] == seed]
+        rows[seed] = [{"variant": k[1], "seed": seed, **got[share.get(k, k)], "step": k[2]} for k in keys]
+        times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o, _ in
+                                    (plans[seed, n] for n in names) if o in pretrained},
+                       "measure_cpu_s": round(sum(got[k]["cpu_s"] for k in got if k[0] == seed))}
+        save(outs[seed], args, times[seed], rows[seed], format_table(rows[seed]), single=True)
+    measure_all(jobs, args, done)
+    return [r for seed in args.seed for r in rows[seed]], times
+
+
+# (key, label, +1 if higher is better): what "reaches MLM's final value" compares
+GOALS = [("ft_heldout_mean", "fine-tuned (held-out)", 1), ("ft_mean", "fine-tuned (dev)", 1),
+         ("eval_mlm_loss", "MLM loss", -1), ("wordsim_cooc", "co-occurring words' cosine", 1)]
+
+
+def fmt(v, s="{:.3f}"):
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else s.format(v)
+
+
+# ----------------------------------------------------------------------------- TaCL's miniature
+
+def tacl_runs(args, seed):
+    """MLM for --steps, then --continue_steps more of TaCL and, as the control, of MLM, both
+    from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's AdamW). -> run dirs."""
+    def continued(init):
+        same = ["--init", init, "--steps", str(args.continue_steps), "--weight_decay", "0"]
+        return {"tacl": plan_run("tacl", args, seed, args.out, ["--objective", "tacl", *same], init),
+                "mlm_continued": plan_run("mlm_continued", args, seed, args.out, ["--objective", "mlm", *same], init)}
+    first = plan_run("mlm", args, seed, args.out)
+    continued(first[0])  # every run in the way refused before any training
+    pretrain_all([first], args)
+    plans = continued(first[0])  # again: what to reuse depends on the init's checkpoint
+    pretrain_all(list(plans.values()), args)
+    return {"mlm (init)": first[0], **{name: plan[0] for name, plan in plans.items()}}
+
+
+def measure_final(run_dirs, args, ft, pairs):
+    """The final checkpoint of each run: held-out MLM, self-similarity per layer, contextual score,
+    fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
+    rows, panels, batches = [], {}, None
+    for name, run in run_dirs.items():
+        encoder, tok, run_args, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
+        if batches is None:
+            batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
+                                              32, args.cache_dir)
+            sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
+        res = analyze.analyze(encoder, tok, batches, pairs)
+        ev = [r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
+        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
+        scores = finetune_scores(encoder.config, weights, args, ft)[0] if args.ft_seeds else []
+        rows.append({"variant": name, "step": ev["step"], "eval_mlm_loss": ev["eval_mlm_loss"],
+                     "eval_mlm_acc": ev["eval_mlm_acc"], "self_similarity": res["self_similarity"],
+                     **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
+                     "wordsim_spearman": res["wordsim"]["spearman"], **score_fields("ft", scores)})
+        tokens, panels[name] = analyze.token_cosines(encoder, tok, sentence)
+        print(f"  {name}: self-similarity {', '.join(f'{v:.3f}' for v in res['self_similarity'])}, "
+              f"ctx {rows[-1]['ctx_score']:.3f}" + (f", fine-tuned {100 * rows[-1]['ft_mean']:.1f}" if scores else ""),
+              flush=True)
+    return rows, tokens, panels
+
+
+def format_tacl_table(rows):
+    layers = len(rows[0]["self_similarity"])
+    lines = ["| model | steps | eval MLM loss / acc | " + " | ".join(f"self-sim. layer {i}" for i in range(1, layers + 1))
+             + " | ctx score (intra − inter) | wordsim ρ | fine-tuned dev (acc+F1)/2 |", "|" + "---|" * (layers + 6)]
+    for r in rows:
+        ft = f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}" if r["ft_scores"] else "–"
+        lines.append(f"| {r['variant']} | {r['step']} | {r['eval_mlm_loss']:.3f} / {r['eval_mlm_acc']:.3f} | "
+                     + " | ".join(f"{v:.3f}" for v in r["self_similarity"])
+                     + f" | {r['ctx_score']:.3f} ({r['ctx_intra']:.3f} − {r['ctx_inter']:.3f}) | "
+                     f"{r['wordsim_spearman']:.3f} | {ft} |")
+    return "\n".join(lines)
+
+
+def format_table(rows):
+    """One seed's rows: the table and, per objective, the first step that reaches MLM's final value."""
+    lines = ["| objective | step | eval MLM loss | eval MLM acc | ctx intra | ctx inter | ctx score (blocks) "
+             "| ctx score (documents) | co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) "
+             "| fine-tuned dev (acc+F1)/2 | fine-tuned held-out (acc+F1)/2 |", "|" + "---|" * 12]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['step']} | {fmt(r['eval_mlm_loss'])} | {fmt(r['eval_mlm_acc'])} | "
+                     f"{fmt(r['ctx_intra'])} | {fmt(r['ctx_inter'])} | {fmt(r['ctx_score'])} | {fmt(r['ctx_doc_score'])} | "
+                     f"{fmt(r['wordsim_cooc'])} | {fmt(r['wordsim_spearman'])} | {pm(r, 'ft')} | {pm(r, 'ft_heldout')} |")
+    ref = [r for r in rows if r["variant"] == "mlm"]
+    if ref:  # the speed-up claim: the first step at which each objective matches MLM's final value
+        goals = [g for g in GOALS if ref[-1].get(g[0]) is not None]
+        lines.append(f"\nFirst step at which each objective reaches MLM's final value (step {ref[-1]['step']}): "
+                     + ", ".join(f"{label} {ref[-1][k]:.3f}" for k, label, _ in goals))
+        for v in dict.fromkeys(r["variant"] for r in rows):
+            hits = [first_match(rows, v, k, better) for k, _, better in goals]
+            lines.append(f"- {v}: " + ", ".join(f"{label} {'not reached' if h is None else f'step {h}'}"
+                                                for (_, label, _), h in zip(goals, hits)))
+    return "\n".join(lines)
+
+
+def pm(r, prefix):
+    """A row's fine-tuned score as mean ± std over the fine-tuning seeds, in points."""
+    if not r.get(f"{prefix}_scores"):
+        return "–"
+    return f"{100 * r[f'{prefix}_mean']:.1f}" + (f" ± {100 * r[f'{prefix}_std']:.1f}" if len(r[f"{prefix}_scores"]) > 1 else "")
+
+
+def value(r, key):
+    """r[key], or key(r) for a function; None for a missing or NaN value."""
+    v = key(r) if callable(key) else r.get(key)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def first_match(rows, variant, key, better=1):
+    """The first step at which `variant` reaches MLM's final value of `key` (a row key or a
+    function of a row) in one seed's rows (None: never)."""
+    goal = value([r for r in rows if r["variant"] == "mlm"][-1], key)
+    return next((r["step"] for r in rows if r["variant"] == variant and value(r, key) is not None
+                 and better * value(r, key) >= better * goal), None)
+
+
+def ms(vals, scale=1.0, f="{:.3f}"):
+    """mean ± sample std of the values that are there; "–" if none."""
+    vals = [scale * v for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return "–"
+    return f.format(np.mean(vals)) + (" ± " + f.replace("+", "").format(np.std(vals, ddof=1)) if len(vals) > 1 else "")
+
+
+def scores(rows):
+    """The fine-tuned scores the seeds table compares, {name: (label, function of a row)}: the
+    steady one (held-out pairs, every fine-tuning seed), the 1,000 dev pairs with every seed and,
+    to show the fine-tuning noise, with each half of the seeds (the first half is the old protocol
+    when --ft_seeds starts 1,2,3)."""
+    n = min((len(r["ft_scores"]) for r in rows if r.get("ft_scores")), default=0)
+    out = {}
+    if any(r.get("ft_heldout_scores") for r in rows):
+        out["heldout"] = (f"held-out pairs, {n} fine-tuning seeds", lambda r: r["ft_heldout_mean"])
+    if n:
+        out["dev"] = (f"dev 1,000, {n} seeds", lambda r: r["ft_mean"])
+    if n >= 2:
+        for half, sl in (("first", slice(0, n // 2)), ("second", slice(n // 2, 2 * (n // 2)))):
+            out[half] = (f"dev 1,000, {half} {n // 2} seeds",
+                         lambda r, sl=sl: float(np.mean(r["ft_scores"][sl])) if r.get("ft_scores") else None)
+    return out
+
+
+def format_seeds_table(rows, seeds):
+    """Several pre-training seeds: mean ± std over them per objective and step; per seed the step
+    at which each objective first reaches MLM's final fine-tuned score (for each score of
+    scores()), how often and the median; the paired gap to MLM's final score; where the spread
+    comes from (fine-tuning seeds, dev pairs, pre-training); the contextual score's ordering."""
+    held = any(r.get("ft_heldout_scores") for r in rows)
+    lines = [f"Mean ± std over pre-training seeds {', '.join(map(str, seeds))} (fine-tuned: the mean over "
+             "fine-tuning seeds of each pre-training seed, then mean ± std over pre-training seeds; points)\n",
+             "| objective | step | eval MLM loss | ctx score (blocks) | ctx score (documents) "
+             "| co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) | fine-tuned dev (acc+F1)/2 "
+             + ("| fine-tuned held-out (acc+F1)/2 |" if held else "|"), "|" + "---|" * (9 if held else 8)]
+    for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows):
+        at = [r for r in rows if r["variant"] == v and r["step"] == step]
+        lines.append(f"| {v} | {step} | {ms([r['eval_mlm_loss'] for r in at])} | {ms([r['ctx_score'] for r in at])} | "
+                     f"{ms([r['ctx_doc_score'] for r in at])} | {ms([r['wordsim_cooc'] for r in at])} | "
+                     f"{ms([r['wordsim_spearman'] for r in at])} | {ms([r['ft_mean'] for r in at], 100, '{:.1f}')} |"
+                     + (f" {ms([r['ft_heldout_mean'] for r in at], 100, '{:.1f}')} |" if held else ""))
+    kinds, others = scores(rows), [v for v in dict.fromkeys(r["variant"] for r in rows) if v != "mlm"]
+    if not kinds or not any(r["variant"] == "mlm" for r in rows):
+        return "\n".join(lines)
+    by_seed = {s: [r for r in rows if r["seed"] == s] for s in seeds}
+    last = max(r["step"] for r in rows if r["variant"] == "mlm")
+    lines += ["", f"### When each objective first reaches MLM's final fine-tuned score (step {last:,}), per seed", "",
+              "| seed | " + " | ".join(f"MLM final, {label} | " + " | ".join(others) for label, _ in kinds.values())
+              + " |",
+              "|" + "---|" * (1 + len(kinds) * (1 + len(others)))]
+    hits = {}
+    for s in seeds:
+        cells = []
+        for label, key in kinds.values():
+            goal = value([r for r in by_seed[s] if r["variant"] == "mlm"][-1], key)
+            cells.append(fmt(goal and 100 * goal, "{:.1f}"))
+            for v in others:
+                hits[label, v, s] = first_match(by_seed[s], v, key)
+                cells.append(f"not by {last:,}" if hits[label, v, s] is None else f"{hits[label, v, s]:,}")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for label, _ in kinds.values():
+        for v in others:
+            steps = [hits[label, v, s] for s in seeds]
+            reached = [h for h in steps if h is not None]
+            median = np.median([math.inf if h is None else h for h in steps])
+            lines.append(f"- {v}, {label}: reaches it with {len(reached)} of {len(seeds)} seeds; median step "
+                         + (f"{median:,.0f} ({median / last:.2f} of MLM's steps)" if math.isfinite(median)
+                            else f"not by {last:,}"))
+    lines += gap_lines(rows, seeds, kinds, others, last) + noise_lines(rows, seeds, kinds, others, last)
+    if "taco" in others:
+        pairs = [(a["ctx_score"], b["ctx_score"]) for a in rows if a["variant"] == "taco" and a["step"]
+                 for b in rows if b["variant"] == "mlm" and b["seed"] == a["seed"] and b["step"] == a["step"]]
+        lines.append(f"\nContextual score (blocks): TACO's is above MLM's at {sum(t > m for t, m in pairs)} of "
+                     f"{len(pairs)} (seed, step) checkpoints measured for both.")
+    return "\n".join(lines)
+
+
+def gaps(rows, seeds, v, key, last):
+    """{step: [variant's score at step - MLM's final score, per seed]} (same fine-tuning seeds, same pairs)."""
+    out = {}
+    for s in seeds:
+        mine = [r for r in rows if r["seed"] == s]
+        goal = value([r for r in mine if r["variant"] == "mlm" and r["step"] == last][0], key)
+        for r in mine:
+            if r["variant"] == v and value(r, key) is not None and goal is not None:
+                out.setdefault(r["step"], []).append(value(r, key) - goal)
+    return out
+
+
+def gap_lines(rows, seeds, kinds, others, last):
+    """Per step, each objective's score minus MLM's final score, paired by seed: with the steady
+    score and with the first half of the fine-tuning seeds on the dev pairs."""
+    kinds = [kinds[k] for k in ("heldout", "first") if k in kinds]
+    lines = ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
+             "| objective | step | " + " | ".join(f"{label}: mean ± std | seeds ahead" for label, _ in kinds) + " |",
+             "|" + "---|" * (2 + 2 * len(kinds))]
+    for v in others:
+        per_kind = [gaps(rows, seeds, v, key, last) for _, key in kinds]
+        for step in sorted(per_kind[0]):
+            if not step:
+                continue
+            cells = [f"{ms(g.get(step, []), 100, '{:+.1f}')} | {sum(x >= 0 for x in g.get(step, []))} of "
+                     f"{len(g.get(step, []))}" for g in per_kind]
+            lines.append(f"| {v} | {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def noise_lines(rows, seeds, kinds, others, last):
+    """Where the spread over pre-training seeds comes from, per objective and step (points):
+    the spread of one fine-tuning around its checkpoint's mean (pooled over seeds; held-out and
+    dev pairs), that of the seeds' means, the part of it left for pre-training, and the error of
+    one fine-tuned model's 1,000 dev pairs against its held-out score. Then the same for the
+    crossing criterion's gap (objective at a step minus MLM's final)."""
+    if not {"heldout", "dev", "first", "second"} <= set(kinds) or len(seeds) < 2:
+        return []
+    n = len(rows[0]["ft_scores"])
+    lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
+             "| objective | step | one fine-tuning vs its checkpoint's mean, held-out | same, dev 1,000 "
+             f"| pre-training seeds' means ({n} fine-tunings each, held-out) | of which pre-training "
+             "| dev 1,000 minus held-out, one fine-tuned model (mean ± std) |", "|" + "---|" * 7]
+    for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows if r["step"] and r["ft_heldout_scores"]):
+        at = [r for r in rows if r["variant"] == v and r["step"] == step]
+        ft_h = math.sqrt(np.mean([np.var(r["ft_heldout_scores"], ddof=1) for r in at]))
+        ft_d = math.sqrt(np.mean([np.var(r["ft_scores"], ddof=1) for r in at]))
+        between = float(np.std([r["ft_heldout_mean"] for r in at], ddof=1))
+        pre = math.sqrt(max(0.0, between ** 2 - ft_h ** 2 / n))
+        dev_err = ms([d - h for r in at for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], 100, "{:+.1f}")
+        lines.append(f"| {v} | {step} | {100 * ft_h:.1f} | {100 * ft_d:.1f} | {100 * between:.1f} | {100 * pre:.1f} "
+                     f"| {dev_err} |")
+    held, dev_all, first, second = (kinds[k][1] for k in ("heldout", "dev", "first", "second"))
+    lines += ["", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
+              f"pooled over the steps from {last // 2:,} on:"]
+    for v in others:
+        g = {k: gaps(rows, seeds, v, key, last) for k, key in (("h", held), ("d", dev_all), ("a", first), ("b", second))}
+        steps = [s for s in g["h"] if s >= last // 2]
+        halves = [a - b for s in steps for a, b in zip(g["a"][s], g["b"][s])]
+        ft_half = math.sqrt(np.mean(np.square(halves)) / 2)  # one half's fine-tuning noise: Var(a - b) = 2 Var
+        shift = [d - h for s in steps for d, h in zip(g["d"][s], g["h"][s])]
+        dev = float(np.std(shift, ddof=1))
+        old = math.sqrt(ft_half ** 2 + dev ** 2)
+        spread = math.sqrt(np.mean([np.var(g["h"][s], ddof=1) for s in steps]))
+        pre = math.sqrt(max(0.0, spread ** 2 - ft_half ** 2 / 2))  # all seeds: half the variance of a half
+        lines.append(f"- {v}: measured with {n // 2} fine-tuning seeds on the 1,000 dev pairs, the gap carries "
+                     f"{100 * ft_half:.1f} points of fine-tuning noise and {100 * dev:.1f} of dev-pair sampling "
+                     f"({100 * old:.1f} together; the dev pairs also shift it by {100 * np.mean(shift):+.1f} on "
+                     f"average); over pre-training seeds, the held-out gap ({n} seeds) spreads "
+                     f"{100 * spread:.1f} points, {100 * pre:.1f} of them pre-training")
+    return lines
+
+
+def plot(rows, path):
+    """2 x 2 panels, one colour per objective: every pre-training seed as a thin line, their mean
+    as a thick one. matplotlib is optional: a note if it is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: pip install matplotlib for the plots; the table above has every number")
+        return
+    held = any(r.get("ft_heldout_scores") for r in rows)
+    ft_key = "ft_heldout_mean" if held else "ft_mean"
+    panels = [("ctx_score", "contextual score (intra - inter cosine; dashed: documents)"),
+              ("wordsim_cooc", "co-occurring words' embedding cosine (Fig. 3a)"),
+              ("eval_mlm_loss", "held-out MLM loss"),
+              (ft_key, f"fine-tuned {'held-out' if held else 'dev'} (acc+F1)/2 (dotted: MLM's final)")]
+    variants, seeds = list(dict.fromkeys(r["variant"] for r in rows)), list(dict.fromkeys(r.get("seed") for r in rows))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, (key, title) in zip(axes.flat, panels):
+        for i, v in enumerate(variants):
+            for k, style in [(key, "-"), ("ctx_doc_score", "--")] if key == "ctx_score" else [(key, "-")]:
+                lines = {s: [(r["step"], r[k]) for r in rows if r["variant"] == v and r.get("seed") == s
+                             and value(r, k) is not None] for s in seeds}
+                lines = {s: line for s, line in lines.items() if line}
+                if not lines:
+                    continue
+                if len(lines) > 1:
+                    for line in lines.values():
+                        ax.plot(*zip(*line), style, color=f"C{i}", lw=0.6, alpha=0.35)
+                steps = sorted(set.intersection(*(set(x for x, _ in line) for line in lines.values())))
+                mean = [np.mean([dict(line)[x] for line in lines.values()]) for x in steps]
+                ax.plot(steps, mean, style, marker="o", ms=3, color=f"C{i}", lw=2,
+                        label=(f"{v} (mean of {len(lines)} seeds)" if len(lines) > 1 else v) if style == "-" else None)
+                if k == ft_key and v == "mlm":
+                    ax.axhline(mean[-1], color=f"C{i}", ls=":", lw=1)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("pre-training step")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    print(f"plot: {path}")
+
+
+# ----------------------------------------------------------------------------- the RetroMAE miniature
+
+RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
+
+
+def retromae_study(args, pairs, device):
+    """Stage 0: MLM for --steps. Then mlm, taco and retromae continue from its final weights for
+    --continue_steps each (new optimizer and schedule, as RetroMAE continues bert-base); the init
+    and every final encoder are measured alike -> rows."""
+    seed = args.seed[0]
+    first = plan_run("mlm", args, seed, os.path.join(args.out, "stage0"))
+    stage0 = first[0]
+    cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
+    plan = lambda: {name: plan_run(name, cont, seed, args.out, ["--init", stage0], stage0) for name in RETROMAE_VARIANTS}
+    plan()  # every run in the way refused before any training
+    pretrain_all([first], args)
+    plans = plan()  # again: what to reuse depends on stage 0's checkpoint
+    pretrain_all(list(plans.values()), args)
+    run_dirs = {name: p[0] for name, p in plans.items()}
+    tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
+    evalset = toy_sentence_eval(args.cache_dir)
+    sts = read_sts(os.path.join(evalset, "sts.tsv"))
+    beir = read_beir(os.path.join(evalset, "retrieval"))
+    cfg = checkpoints.read_json(os.path.join(stage0, "config.json"))["args"]
+    batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
+    ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
+    rows = []
+    for name, run in [("init (MLM stage 0)", stage0)] + list(run_dirs.items()):
+        encoder, _, _, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
+        steps = args.steps + (0 if run == stage0 else args.continue_steps)
+        ret = analyze.dense_retrieval(encoder, tok, beir, "dot")
+        res = analyze.analyze(encoder, tok, batches, pairs)
+        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
+        scores = finetune_scores(encoder.config, weights, args, ft)[0] if args.ft_seeds else []
+        rows.append({"variant": name, "step": steps, **{k: ret[k] for k in ("ndcg@10", "mrr@10", "recall@100")},
+                     "sts_spearman": analyze.sentence_similarity(encoder, tok, sts)["spearman"],
+                     "ctx_score": res["context"]["cosine"]["score"], "wordsim_spearman": res["wordsim"]["spearman"],
+                     **score_fields("ft", scores)})
+        r = rows[-1]
+        print(f"  {name}: nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}, ctx {r['ctx_score']:.3f}"
+              + (f", fine-tuned {100 * r['ft_mean']:.1f}" if scores else ""), flush=True)
+    return rows
+
+
+def format_retromae_table(rows):
+    lines = ["| objective | steps | retrieval nDCG@10 | MRR@10 | Recall@100 | STS ρ | ctx score | wordsim ρ "
+             "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 9]
+    for r in rows:
+        ft = "–" if r["ft_mean"] is None else f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}"
+        lines.append(f"| {r['variant']} | {r['step']} | {r['ndcg@10']:.3f} | {r['mrr@10']:.3f} | {r['recall@100']:.3f} | "
+                     f"{r['sts_spearman']:.3f} | {r['ctx_score']:.3f} | {r['wordsim_spearman']:.3f} | {ft} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = cli.ArgumentParser(description="Pre-train several objectives alike; measure every checkpoint.",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", default="runs/study", help="one run directory per objective, plus study.json / table.md")
+    p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
+    p.add_argument("--tacl", action="store_true", help="TaCL's miniature instead of --variants: MLM for --steps, "
+                   "then --continue_steps of tacl and of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
+    p.add_argument("--retromae", action="store_true", help="RetroMAE's miniature instead: MLM for --steps, then "
+                   "mlm, taco and retromae continued from it for --continue_steps (--variants ignored)")
+    p.add_argument("--continue_steps", type=int_range(1), default=600,
+                   help="--tacl / --retromae: steps of each continuation")
+    p.add_argument("--force", action="store_true", help="replace runs in OUT that study.py did not create "
+                   "(without it, such a run in the way is an error; finished runs with the same settings are reused)")
+    # pre-training: None = taco.py's default for --size
+    p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
+    p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
+    p.add_argument("--steps", type=int_range(0), default=1200,
+                   help="pre-training steps (0: taco.py's recipe for --size; "
+                   "tiny's 600 ends before MLM has left its unigram plateau)")
+    p.add_argument("--save_every", type=int_range(1), default=150, help="checkpoint (and measure) every N steps")
+    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="pre-training block length")
+    p.add_argument("--batch_size", type=int_range(1), default=None, help="pre-training global batch")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="pre-training peak learning rate")
+    p.add_argument("--seed", type=cli.list_of(int_range(0, 2**32 - 1)), default=[0],
+                   help="pre-training seed, shared by every objective; several (0,1,2) go into OUT/seed<S> "
+                   "and OUT/table.md gives mean ± std over them")
+    p.add_argument("--taco_args", default="", help="further taco.py flags for every objective, e.g. '--warmup 100' "
+                   "(not flags that make a variant another one, e.g. --objective, nor study.py's own)")
+    p.add_argument("--launcher", default="", help="command in front of taco.py, e.g. 'torchrun --nproc_per_node=8' "
+                   "(default: this Python)")
+    p.add_argument("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
+    # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
+    p.add_argument("--ft_seeds", type=cli.list_of(int_range(0, 2**32 - 1), empty_ok=True), default=None,
+                   help="fine-tuning seeds per checkpoint ('' = none; default 1,2,3,4,5,6, and 1,2,3 for "
+                   "--tacl / --retromae)")
+    p.add_argument("--ft_heldout", type=int_range(0), default=None, help="held-out pairs of the toy pair task, from "
+                   "a random stream of their own, that score each fine-tuned model besides the 1,000 dev pairs "
+                   "(0 = none; default 5000, none for --tacl / --retromae)")
+    p.add_argument("--mlm_ft_every", type=int_range(0), default=0, help="fine-tune mlm's checkpoints only every N "
+                   "steps and its last (0 = every one): the others are compared with its last; the rest of the "
+                   "analysis covers every checkpoint")
+    p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning learning rate "
+                   "(default: finetune.py's recipe for the model size: 5e-4 for tiny / mini)")
+    p.add_argument("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
+    p.add_argument("--ft_batch_size", type=int_range(1), default=32, help="fine-tuning batch size")
+    p.add_argument("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
+    p.add_argument("--ft_max_len", type=int_range(4, 512), default=64, help="fine-tuning tokens per pair")
+    # system
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--jobs", type=int_range(0), default=0, help="processes side by side: pre-training runs, then "
+                   "checkpoint measurements (0 = the CPU cores other work leaves idle; 1 on CUDA or with --launcher)")
+    p.add_argument("--threads", type=int_range(0), default=0, help="CPU threads per process (0 = one each when "
+                   "--jobs > 1, else taco.py's and PyTorch's default)")
+    p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
+    p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    with cli.errors(), stop_on_signals():
+        miniature = args.tacl or args.retromae
+        if args.ft_seeds is None:
+            args.ft_seeds = [1, 2, 3] if miniature else [1, 2, 3, 4, 5, 6]
+        if args.ft_heldout is None:
+            args.ft_heldout = 0 if miniature else 5000
+        names = [v.strip() for v in args.variants.split(",") if v.strip()]
+        if not names or any(v not in VARIANTS for v in names):
+            raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
+        cli.output_path(args.out, "--out", folder=True)
+        device = cli.device(args.device)
+        if len(set(args.seed)) < len(args.seed):
+            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
+        if miniature and len(args.seed) > 1:
+            raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
+        check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
+        pairs = word_pairs(args)  # a bad file fails before training
+        if args.ft_seeds and args.ft_heldout:
+            toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
+        if args.plot:
+            cli.output_path(args.plot, "--plot", folder=False)
+        if not args.jobs:
+            args.jobs = 1 if device.type == "cuda" or args.launcher else cli.free_cores()
+        args.threads = args.threads or (1 if args.jobs > 1 else 0)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        print(f"study: {args.jobs} job(s) side by side" + (f", {args.threads} thread(s) each" if args.threads else ""),
+              flush=True)
+        with runs.RunLock(args.out, "--out"):  # one study per folder at a time
+            if args.tacl:
+                return tacl_study(args, pairs, device, t0)
+            if args.retromae:
+                return finish_retromae(args, retromae_study(args, pairs, device), t0)
+            rows, times = study_seeds(args, names)
+            if len(args.seed) > 1:
+                times = {"per_seed": times, **elapsed(t0)}
+                save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
+                     + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
+                       f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
+            print(f"wall time {round(time.time() - t0)} s, CPU time {elapsed(t0)['cpu_s']} s")
+            return rows
+
+
+def elapsed(t0):
+    """Wall seconds since t0 and CPU seconds of this process and every child it has waited for."""
+    cpu = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return {"wall_s": round(time.time() - t0), "cpu_s": round(cpu)}
+
+
+def finished(out, args, seed):
+    """out/study.json if it holds this seed measured with the same settings, from the checkpoints
+    that are there now (a run trained again since is measured again), else None."""
+    skip = {"seed", "out", "plot", "threads", "jobs", "force"}  # where and how fast, not what
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        saved = checkpoints.read_json(os.path.join(out, "study.json"))
+        same = all(saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip)
+        if same and saved["rows"] and {r["seed"] for r in saved["rows"]} == {seed} and all(
+                checkpoints.read_json(os.path.join(out, r["variant"], f"ckpt_{r['step']:08d}.json"))["sha256"] == r["sha256"]
+                for r in saved["rows"] if r.get("sha256")):
+            return saved
+    return None
+
+
+def save(out, args, times, rows, table, single=False):
+    """OUT/study.json (settings, times, every row), OUT/table.md, the printed table, the plot
+    (--plot's path for the study's own folder, else OUT/study.png)."""
+    checkpoints.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "time": times, "rows": rows})
+    checkpoints.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    if not single or len(args.seed) == 1:
+        print(table)
+    plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
+
+
+def tacl_study(args, pairs, device, t0):
+    """--tacl: TaCL's miniature, for one pre-training seed; OUT/tacl.json, tacl_table.md, tacl_heatmap.png."""
+    run_dirs = tacl_runs(args, args.seed[0])
+    t_train = time.time() - t0
+    ft = finetune_data(args, os.path.join(next(iter(run_dirs.values())), "vocab.txt"), device) if args.ft_seeds else {}
+    rows, tokens, panels = measure_final(run_dirs, args, ft, pairs)
+    table = format_tacl_table(rows)
+    wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
+    checkpoints.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    checkpoints.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
+    print(table)
+    analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
+    print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
+    return rows
+
+
+def finish_retromae(args, rows, t0):
+    """study.json, table.md and the printed table of the --retromae mode."""
+    table = format_retromae_table(rows)
+    wall = {"total_s": round(time.time() - t0)}
+    checkpoints.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
+    checkpoints.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
+    print(table)
+    print(f"wall time: {wall['total_s']} s")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
