@@ -11,6 +11,7 @@ holds them once tokenised are the engineering's: engine/corpus.py and engine/tok
 """
 import os
 import re
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -71,6 +72,17 @@ class WordPieceTokenizer:
         missing = [t for t in SPECIAL_TOKENS if t not in tokens]
         if missing:
             raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
+        if set(tokens) <= set(SPECIAL_TOKENS):  # no text to tokenise, no token for masking's random 10%
+            raise DataError(f"vocab file {path} holds only the special tokens {', '.join(SPECIAL_TOKENS)}: "
+                            f"add the words and ## pieces of the text, one per line")
+        if len(set(tokens)) < len(tokens):  # BERT's tokenizers give a repeated token the id of its last line
+            lines = {}
+            for no, t in enumerate(tokens, 1):
+                lines.setdefault(t, []).append(no)
+            repeats = [f"{t!r} (lines {', '.join(map(str, nos))})" for t, nos in lines.items() if len(nos) > 1]
+            print(f"warning: vocab file {path} repeats {len(repeats)} token(s): {', '.join(repeats[:5])}"
+                  f"{' ...' * (len(repeats) > 5)}; each has the id of its last line, as in BERT's tokenizer",
+                  file=sys.stderr)
         self.vocab_file = str(path)
         self.do_lower_case = do_lower_case
         self.vocab = {t: i for i, t in enumerate(tokens)}
