@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import unicodedata
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -75,12 +76,9 @@ class WordPieceTokenizer:
         if set(tokens) <= set(SPECIAL_TOKENS):  # no text to tokenise, no token for masking's random 10%
             raise DataError(f"vocab file {path} holds only the special tokens {', '.join(SPECIAL_TOKENS)}: "
                             f"add the words and ## pieces of the text, one per line")
-        if len(set(tokens)) < len(tokens):  # BERT's tokenizers give a repeated token the id of its last line
-            lines = {}
-            for no, t in enumerate(tokens, 1):
-                lines.setdefault(t, []).append(no)
-            repeats = [f"{t!r} (lines {', '.join(map(str, nos))})" for t, nos in lines.items() if len(nos) > 1]
-            print(f"warning: vocab file {path} repeats {len(repeats)} token(s): {', '.join(repeats[:5])}"
+        if repeats := [t for t, n in Counter(tokens).items() if n > 1]:  # BERT's tokenizers: the last line's id
+            where = [f"{t!r} (lines {', '.join(str(no) for no, u in enumerate(tokens, 1) if u == t)})" for t in repeats[:5]]
+            print(f"warning: vocab file {path} repeats {len(repeats)} token(s): {', '.join(where)}"
                   f"{' ...' * (len(repeats) > 5)}; each has the id of its last line, as in BERT's tokenizer",
                   file=sys.stderr)
         self.vocab_file = str(path)

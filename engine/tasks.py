@@ -274,17 +274,18 @@ def read_labels(path, values, train):
     else:
         if (row := next((i for i, v in enumerate(values) if v is None or not str(v).strip()), None)) is not None:
             raise FinetuneError(f"{train} row {row + 1} has no label")
-        distinct = sorted({str(v).strip() for v in values})
+        labels = tuple(sorted({str(v).strip() for v in values}))
         try:
-            numbers = [float(v) for v in distinct]
-        except ValueError:
+            numbers = [float(v) for v in labels]
+        except ValueError:  # names, sorted as text
             numbers = None
-        if numbers is not None and not all(map(math.isfinite, numbers)):
-            raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(distinct[:5])})")
-        if numbers is not None and any(n != int(n) for n in numbers):
-            print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
-            return None
-        labels = tuple(sorted(distinct, key=float) if numbers is not None else distinct)
+        if numbers is not None:
+            if not all(map(math.isfinite, numbers)):
+                raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(labels[:5])})")
+            if any(n != int(n) for n in numbers):
+                print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
+                return None
+            labels = tuple(sorted(labels, key=float))
         print(f"note: labels {', '.join(labels[:10])}{' ...' * (len(labels) > 10)} from {train}'s label column, "
               f"sorted (a labels.txt beside it sets their order)", file=sys.stderr)
     if len(labels) < 2:
