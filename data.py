@@ -70,8 +70,7 @@ class WordPieceTokenizer:
             tokens.pop()
         if not tokens:
             raise DataError(f"vocab file {path} is empty: pass a BERT-style vocab.txt")
-        missing = [t for t in SPECIAL_TOKENS if t not in tokens]
-        if missing:
+        if missing := [t for t in SPECIAL_TOKENS if t not in tokens]:
             raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
         if set(tokens) <= set(SPECIAL_TOKENS):  # no text to tokenise, no token for masking's random 10%
             raise DataError(f"vocab file {path} holds only the special tokens {', '.join(SPECIAL_TOKENS)}: "
@@ -101,14 +100,10 @@ class WordPieceTokenizer:
 
     def encode(self, text):
         """Text -> ids, without [CLS]/[SEP] around it."""
-        if "[" in text:  # special tokens are matched on the raw text, before any cleaning
-            parts = self._special_re.split(text)
-            if len(parts) > 1:
-                ids = []
-                for i, part in enumerate(parts):
-                    ids += [self.vocab[part]] if i % 2 else self._encode_plain(part)
-                return ids
-        return self._encode_plain(text)
+        if "[" not in text:
+            return self._encode_plain(text)
+        parts = self._special_re.split(text)  # special tokens are matched on the raw text, before any cleaning
+        return [i for k, part in enumerate(parts) for i in ([self.vocab[part]] if k % 2 else self._encode_plain(part))]
 
     def tokenize(self, text):
         return [self.ids_to_tokens[i] for i in self.encode(text)]
@@ -120,8 +115,7 @@ class WordPieceTokenizer:
         return " ".join(tokens).replace(" ##", "")
 
     def _encode_plain(self, text):
-        if _SPLIT_BUT_CONTROL.search(text):
-            text = _SPLIT_BUT_CONTROL.sub("", text)
+        text = _SPLIT_BUT_CONTROL.sub("", text)
         cache, ids = self._cache, []
         for chunk in text.split():
             piece = cache.get(chunk)
@@ -137,8 +131,7 @@ class WordPieceTokenizer:
         """One whitespace-free chunk -> words: drop control characters, space out CJK
         ideographs, strip accents (NFD, drop Mn) and lowercase, split off punctuation."""
         if chunk.isascii():  # fast path: no accents, CJK or Unicode punctuation possible
-            if _ASCII_CONTROL.search(chunk):
-                chunk = _ASCII_CONTROL.sub("", chunk)
+            chunk = _ASCII_CONTROL.sub("", chunk)
             if self.do_lower_case:
                 chunk = chunk.lower()
             return [chunk] if chunk.isalnum() else _ASCII_PIECES.findall(chunk)
