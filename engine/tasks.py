@@ -159,7 +159,8 @@ def load_split(task, split, data_dir=None, cache_dir=None):
                                 f"(or --task) at the folder of {task.name}'s files")
         cols = read_table(where, task.no_header if split in ("train", "dev") else ())
     out = to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
-    if split == "train" and task.labels and (absent := [n for i, n in enumerate(task.labels) if i not in out["labels"]]):
+    absent = [n for i, n in enumerate(task.labels or ()) if split == "train" and i not in out["labels"]]
+    if absent:
         print(f"warning: {where} has no example of class {', '.join(map(repr, absent))} of {task.name}'s labels "
               f"({', '.join(task.labels)}): the classifier never learns to predict it", file=sys.stderr)
     return out

@@ -196,8 +196,7 @@ def _pair_rows(grammar, n, test=False):
 def toy_corpus(cache_dir=None, seed=0):
     """Directory with vocab.txt, train.txt, glue/{train,dev,test}.tsv and wordsim.txt, generated
     once per (seed, TOY_VERSION) and published atomically (temp dir + rename)."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-v{TOY_VERSION}-seed{seed}"
-    return _generate_once(final, lambda tmp: _write_toy(tmp, random.Random(seed)))
+    return _generate_once(cache_dir, f"toy-v{TOY_VERSION}-seed{seed}", lambda tmp: _write_toy(tmp, random.Random(seed)))
 
 
 def is_toy_vocab(path, cache_dir=None):
@@ -206,9 +205,10 @@ def is_toy_vocab(path, cache_dir=None):
             and Path(path).read_bytes() == (toy_corpus(cache_dir) / "vocab.txt").read_bytes())
 
 
-def _generate_once(final, write):
-    """The folder `final`, filled by write(folder) the first time: in a temp folder beside it,
-    then renamed into place, so a reader never sees half of it."""
+def _generate_once(cache_dir, name, write):
+    """The folder `name` of the cache, filled by write(folder) the first time: in a temp folder
+    beside it, then renamed into place, so a reader never sees half of it."""
+    final = Path(cache_dir or default_cache_dir()) / name
     if final.is_dir():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -260,8 +260,8 @@ def toy_sentence_eval(cache_dir=None, seed=0):
     """Directory with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and
     sts.tsv (sentence1, sentence2, score), generated from the toy grammar with a random stream of
     its own (the toy corpus and its numbers are untouched), published atomically."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}"
-    return _generate_once(final, lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
+    return _generate_once(cache_dir, f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}",
+                          lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
 
 
 def toy_pair_eval(cache_dir=None, seed=0, n=5000):
@@ -269,6 +269,6 @@ def toy_pair_eval(cache_dir=None, seed=0, n=5000):
     corpus's dev split is but from a random stream of their own, so the corpus, its 1,000 dev
     pairs and every number measured on them stay as they are. study.py scores fine-tuned models
     on them: 1,000 pairs leave a binomial spread of about 1.3 points on an accuracy near 80%."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}"
     grammar = lambda: _ToyGrammar(random.Random(f"pair-eval-{seed}"))
-    return _generate_once(final, lambda tmp: (tmp / "dev.tsv").write_text(_pair_rows(grammar(), n), encoding="utf-8"))
+    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}",
+                          lambda tmp: (tmp / "dev.tsv").write_text(_pair_rows(grammar(), n), encoding="utf-8"))
