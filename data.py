@@ -11,7 +11,9 @@ holds them once tokenised are the engineering's: engine/corpus.py and engine/tok
 """
 import os
 import re
+import sys
 import unicodedata
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -68,9 +70,16 @@ class WordPieceTokenizer:
             tokens.pop()
         if not tokens:
             raise DataError(f"vocab file {path} is empty: pass a BERT-style vocab.txt")
-        missing = [t for t in SPECIAL_TOKENS if t not in tokens]
-        if missing:
+        if missing := [t for t in SPECIAL_TOKENS if t not in tokens]:
             raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
+        if set(tokens) <= set(SPECIAL_TOKENS):  # no text to tokenise, no token for masking's random 10%
+            raise DataError(f"vocab file {path} holds only the special tokens {', '.join(SPECIAL_TOKENS)}: "
+                            f"add the words and ## pieces of the text, one per line")
+        if repeats := [t for t, n in Counter(tokens).items() if n > 1]:  # BERT's tokenizers: the last line's id
+            where = [f"{t!r} (lines {', '.join(str(no) for no, u in enumerate(tokens, 1) if u == t)})" for t in repeats[:5]]
+            print(f"warning: vocab file {path} repeats {len(repeats)} token(s): {', '.join(where)}"
+                  f"{' ...' * (len(repeats) > 5)}; each has the id of its last line, as in BERT's tokenizer",
+                  file=sys.stderr)
         self.vocab_file = str(path)
         self.do_lower_case = do_lower_case
         self.vocab = {t: i for i, t in enumerate(tokens)}
@@ -91,14 +100,10 @@ class WordPieceTokenizer:
 
     def encode(self, text):
         """Text -> ids, without [CLS]/[SEP] around it."""
-        if "[" in text:  # special tokens are matched on the raw text, before any cleaning
-            parts = self._special_re.split(text)
-            if len(parts) > 1:
-                ids = []
-                for i, part in enumerate(parts):
-                    ids += [self.vocab[part]] if i % 2 else self._encode_plain(part)
-                return ids
-        return self._encode_plain(text)
+        if "[" not in text:
+            return self._encode_plain(text)
+        parts = self._special_re.split(text)  # special tokens are matched on the raw text, before any cleaning
+        return [i for k, part in enumerate(parts) for i in ([self.vocab[part]] if k % 2 else self._encode_plain(part))]
 
     def tokenize(self, text):
         return [self.ids_to_tokens[i] for i in self.encode(text)]
@@ -110,8 +115,7 @@ class WordPieceTokenizer:
         return " ".join(tokens).replace(" ##", "")
 
     def _encode_plain(self, text):
-        if _SPLIT_BUT_CONTROL.search(text):
-            text = _SPLIT_BUT_CONTROL.sub("", text)
+        text = _SPLIT_BUT_CONTROL.sub("", text)
         cache, ids = self._cache, []
         for chunk in text.split():
             piece = cache.get(chunk)
@@ -127,8 +131,7 @@ class WordPieceTokenizer:
         """One whitespace-free chunk -> words: drop control characters, space out CJK
         ideographs, strip accents (NFD, drop Mn) and lowercase, split off punctuation."""
         if chunk.isascii():  # fast path: no accents, CJK or Unicode punctuation possible
-            if _ASCII_CONTROL.search(chunk):
-                chunk = _ASCII_CONTROL.sub("", chunk)
+            chunk = _ASCII_CONTROL.sub("", chunk)
             if self.do_lower_case:
                 chunk = chunk.lower()
             return [chunk] if chunk.isalnum() else _ASCII_PIECES.findall(chunk)

@@ -10,7 +10,6 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -68,65 +67,52 @@ def looks_like_vocabulary(path, head=1 << 16):
     return specials >= 2 or pieces >= len(words) // 20
 
 
-class Sources(NamedTuple):
-    """--data resolved: parts ("file", Path) / ("hub", name), a label for each part of the
-    spec (for the summary line), warnings about what a folder held that is not read."""
-    parts: list
-    labels: list
-    warnings: list
-
-
 def _resolve(data_spec, cache_dir):
-    """'toy,wikipedia,notes.txt,dir/' -> Sources. A folder gives its own *.txt files, sorted
-    (not its subfolders, not hidden files), less those that look like a vocabulary (a vocab.txt
-    beside the text): those are skipped with a warning. A file named in --data is always read."""
+    """'toy,wikipedia,notes.txt,dir/' -> (parts: ("file", Path) or ("hub", name), a label per part
+    of the spec for the summary line, warnings). A folder gives its own *.txt files, sorted (not its
+    subfolders, not hidden files), less those that look like a vocabulary (a vocab.txt beside the
+    text), skipped with a warning. A file named in --data is always read."""
     parts, labels, warnings = [], [], []
+    vocabulary = "like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), not text"
     for name in (s.strip() for s in str(data_spec).split(",") if s.strip()):
         path = Path(name).expanduser()
-        if name == "toy":
-            parts.append(("file", toy_corpus(cache_dir) / "train.txt"))
-            labels.append("toy")
-        elif name in SOURCES:
-            parts.append(("hub", name))
+        if name in SOURCES:
+            parts.append(("file", toy_corpus(cache_dir) / "train.txt") if name == "toy" else ("hub", name))
             labels.append(name)
         elif path.is_dir():
             entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
             texts = [p for p in entries if p.suffix.lower() == ".txt" and not p.is_dir()]
             others = [p.name + "/" * p.is_dir() for p in entries if p not in texts]
+            held = ", ".join(others[:3]) + ", ..." * (len(others) > 3)
             if not texts:
-                held = f" (it holds {', '.join(others[:3])}{', ...' * (len(others) > 3)})" if others else ""
-                raise DataError(f"folder {path} has no *.txt files{held}: --data reads a folder's *.txt files; "
-                                f"rename them, or name the files in --data")
+                raise DataError(f"folder {path} has no *.txt files{f' (it holds {held})' * bool(others)}: --data "
+                                f"reads a folder's *.txt files; rename them, or name the files in --data")
             vocabs = [p for p in texts if looks_like_vocabulary(cli.regular_file(p, "data file"))]
             if vocabs:
-                warnings.append(f"{path}: skipped {', '.join(p.name for p in vocabs)}: "
-                                f"{'it looks' if len(vocabs) == 1 else 'they look'} like a vocabulary (one token "
-                                f"a line, [PAD]/[CLS] or ## pieces), not text; name it in --data to read it anyway")
-            texts = [p for p in texts if p not in vocabs]
-            if not texts:
+                look = "it looks" if len(vocabs) == 1 else "they look"
+                warnings.append(f"{path}: skipped {', '.join(p.name for p in vocabs)}: {look} {vocabulary}; "
+                                f"name it in --data to read it anyway")
+            if not (texts := [p for p in texts if p not in vocabs]):
                 raise DataError(f"folder {path} holds only a vocabulary ({', '.join(p.name for p in vocabs)}), "
                                 f"no text: put the training text in it as *.txt files")
             parts += [("file", p) for p in texts]
-            unread = f"; not read: {', '.join(others[:3])}{', ...' * (len(others) > 3)}" if others else ""
-            labels.append(f"{path}/ ({len(texts)} *.txt file{'s' * (len(texts) > 1)}{unread})")
+            labels.append(f"{path}/ ({len(texts)} *.txt file{'s' * (len(texts) > 1)}{f'; not read: {held}' * bool(others)})")
         elif os.path.lexists(path):  # a file, or a FIFO / symlink loop: say which
             parts.append(("file", Path(cli.regular_file(path, "data file"))))
             labels.append(str(path))
             if looks_like_vocabulary(path):
-                warnings.append(f"{path} looks like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), "
-                                f"not text; it is read as training text because --data names it")
+                warnings.append(f"{path} looks {vocabulary}; it is read as training text because --data names it")
         else:
             raise DataError(f"unknown data source {name!r}: use {', '.join(SOURCES)}, a file or a folder")
     if not parts:
         raise DataError("no data source given: pass toy, a hub source name, a file or a folder")
-    return Sources(parts, labels, warnings)
+    return parts, labels, warnings
 
 
 def load_documents(data_spec, cache_dir=None):
-    """A datasets.Dataset with one "text" column, one document per row. data_spec is a
-    comma-separated list of SOURCES names, text files and folders (see _resolve for what a
-    folder gives); read_documents says how a text file splits into documents."""
-    return _load(_resolve(data_spec, cache_dir).parts)
+    """A datasets.Dataset with one "text" column, one document per row, of data_spec: a
+    comma-separated list of SOURCES names, text files and folders (read_documents and _resolve)."""
+    return _load(_resolve(data_spec, cache_dir)[0])
 
 
 def _load(parts):
@@ -140,15 +126,13 @@ def _load(parts):
         try:
             ds = datasets.load_dataset(repo, config, split=split).select_columns([column])
         except Exception as e:  # offline, hub unreachable, dataset moved, ...
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise DataError(f"could not load {what} ({repo}) from the Hugging Face hub: {reason}; pass "
+            raise DataError(f"could not load {what} ({repo}) from the Hugging Face hub: {cli.reason(e)}; pass "
                             f"local text files or folders of them as --data, or --data toy for the "
                             f"offline toy corpus") from None
         if column != "text":
             ds = ds.rename_column(column, "text")
         if rows_per_doc > 1:
-            ds = ds.map(lambda b: {"text": [" ".join(b["text"])]}, batched=True,
-                        batch_size=rows_per_doc)
+            ds = ds.map(lambda b: {"text": [" ".join(b["text"])]}, batched=True, batch_size=rows_per_doc)
         sets.append(ds)
     return sets[0] if len(sets) == 1 else datasets.concatenate_datasets(sets)
 
@@ -158,7 +142,7 @@ def unavailable(data_spec, cache_dir=None):
     a name that is no source, or hub sources out of reach (offline and not cached). Asked when
     the vocabulary is missing too, so that one message names everything missing."""
     try:
-        parts = _resolve(data_spec, cache_dir).parts
+        parts = _resolve(data_spec, cache_dir)[0]
     except DataError as err:
         return str(err)
     import datasets
@@ -167,7 +151,7 @@ def unavailable(data_spec, cache_dir=None):
         try:
             datasets.load_dataset_builder(*SOURCES[name][:2])  # the hub's metadata or the local cache
         except Exception as e:
-            missing.append(f"{name}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}")
+            missing.append(f"{name}: {cli.reason(e)}")
     return (f"nor can --data {data_spec} be loaded ({'; '.join(missing)}): pass local text files or folders "
             f"of them as --data" if missing else None)
 
@@ -175,22 +159,16 @@ def unavailable(data_spec, cache_dir=None):
 def token_cache_path(data_spec, tokenizer, cache_dir=None):
     """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
     file by path, size and mtime), the vocabulary and the array format."""
-    return _cache_path(_resolve(data_spec, cache_dir).parts, tokenizer, cache_dir)
+    return _cache_path(_resolve(data_spec, cache_dir)[0], tokenizer, cache_dir)
 
 
 def _cache_path(parts, tokenizer, cache_dir):
-    cache_dir = Path(cache_dir or default_cache_dir())
-    sources = []
-    for kind, what in parts:
-        if kind == "file":
-            st = what.stat()
-            sources.append([str(what.resolve()), st.st_size, st.st_mtime_ns])
-        else:
-            sources.append(list(SOURCES[what]))
+    sources = [[str(what.resolve()), (st := what.stat()).st_size, st.st_mtime_ns] if kind == "file"
+               else list(SOURCES[what]) for kind, what in parts]
     vocab = hashlib.sha256(Path(tokenizer.vocab_file).read_bytes()).hexdigest()
     recipe = {"format": token_cache.FORMAT, "sources": sources, "vocab": vocab, "lower": tokenizer.do_lower_case}
     key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()
-    return cache_dir / "tokens" / f"{key[:20]}.npy"
+    return Path(cache_dir or default_cache_dir()) / "tokens" / f"{key[:20]}.npy"
 
 
 def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
@@ -201,16 +179,14 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
     line naming the cache when it is reused, if `say` is given (a run's log; other scripts stay
     quiet). Under DDP rank 0 builds it; the others wait for cached_tokens."""
     quiet_reuse, say = say is None, say or (lambda line: print(line, file=sys.stderr))
-    cache_dir = Path(cache_dir or default_cache_dir())
-    sources = _resolve(data_spec, cache_dir)
-    for warning in sources.warnings:
+    parts, labels, warnings = _resolve(data_spec, cache_dir)
+    for warning in warnings:
         say(f"warning: {warning}")
-    path = _cache_path(sources.parts, tokenizer, cache_dir)
-    what = ", ".join(sources.labels)
+    path, what = _cache_path(parts, tokenizer, cache_dir), ", ".join(labels)
     tokens = token_cache.verified(path, tokenizer, say)
     if tokens is None:
-        fingerprints = token_cache.source_fingerprints(sources.parts)  # taken before the text is read
-        token_cache.build(path, _load(sources.parts), fingerprints, tokenizer, num_proc,
+        fingerprints = token_cache.source_fingerprints(parts)  # taken before the text is read
+        token_cache.build(path, _load(parts), fingerprints, tokenizer, num_proc,
                           lambda line: say(f"data: {what}: {line}"))
         tokens = np.load(path, mmap_mode="r")
     elif not quiet_reuse:

@@ -1,6 +1,7 @@
 """Strict readers of the evaluation sets' files, as analyze.py and study.py probe them: word pairs
 (WordSim353 layout), BEIR retrieval folders, STS tables. Every mistake in a file is one `error:`
 line naming the file and line (docs/robustness.md); doubtful but usable input is a `warning:`.
+read_lines is the line reader of every data file (tasks.py reads GLUE's splits with it too).
 """
 import json
 import math
@@ -11,11 +12,10 @@ from engine import cli
 from engine.cli import UsageError
 
 
-def _lines(path, what):
+def read_lines(path, what="file"):
     """(line number, line) of a UTF-8 text file (a byte-order mark allowed); a FIFO, a folder or
     bytes that are not UTF-8 are one error line naming where."""
-    cli.regular_file(path, what)
-    with open(path, "rb") as f:
+    with open(cli.regular_file(path, what), "rb") as f:
         for no, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8-sig" if no == 1 else "utf-8")
@@ -38,25 +38,30 @@ def _score(text, path, no):
     return value
 
 
+def _table(path, what, hint, split, value, comments=False):
+    """[(line number, columns, value)] of a table's lines (split(line) -> columns, value(columns,
+    line number) -> a number, or None for no number), blank lines and with `comments` '#' lines
+    ignored, less a header: a first line whose value is None. Any other line without a value is
+    one error line; `hint` says what a line holds."""
+    rows = [(no, line, split(line)) for no, line in read_lines(path, what)
+            if line.strip() and not (comments and line.lstrip().startswith("#"))]
+    rows = [(no, line, cols, value(cols, no)) for no, line, cols in rows]
+    if rows and rows[0][3] is None:  # WordSim353's own files open with "Word 1<TAB>Word 2<TAB>Human (mean)"
+        rows.pop(0)
+    for no, line, _, v in rows:
+        if v is None:
+            raise UsageError(f"{path} line {no}: expected {hint}, got {line[:60]!r}")
+    return [(no, cols, v) for no, _, cols, v in rows]
+
+
 def read_pairs(path):
-    """[(word1, word2, score)] of a WordSim353-format file: `word1<TAB>word2<TAB>score`,
-    '#' comments and blank lines ignored; a first line whose score is no number is a header
-    (a `nan` score is a number: refused like any non-finite score)."""
-    if not os.path.lexists(path):
-        raise UsageError(f"word-pair file {path} not found: pass a WordSim353-format file (word1<TAB>word2<TAB>score)")
-    pairs, first = [], True
-    for no, line in _lines(path, "word-pair file"):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        cols = line.split("\t") if "\t" in line else line.split(",") if "," in line else line.split()
-        score = _score(cols[2], path, no) if len(cols) == 3 else None
-        if score is None and first:  # WordSim353's own files open with "Word 1<TAB>Word 2<TAB>Human (mean)"
-            first = False
-            continue
-        first = False
-        if score is None:
-            raise UsageError(f"{path} line {no}: expected word1<TAB>word2<TAB>score, got {line[:60]!r}")
-        pairs.append((cols[0].strip(), cols[1].strip(), score))
+    """[(word1, word2, score)] of a WordSim353-format file: `word1<TAB>word2<TAB>score` (or comma or
+    space separated), '#' comments and blank lines ignored; a first line whose score is no number is
+    a header (a `nan` score is a number: refused like any non-finite score)."""
+    split = lambda line: line.split("\t") if "\t" in line else line.split(",") if "," in line else line.split()
+    score = lambda cols, no: _score(cols[2], path, no) if len(cols) == 3 else None
+    pairs = [(cols[0].strip(), cols[1].strip(), s) for _, cols, s in
+             _table(path, "word-pair file", "word1<TAB>word2<TAB>score", split, score, comments=True)]
     if not pairs:
         raise UsageError(f"word-pair file {path} holds no pairs: add lines word1<TAB>word2<TAB>score")
     return pairs
@@ -66,7 +71,8 @@ def _read_jsonl(path, what, whats):
     """[(_id, text)] of a BEIR corpus or queries file, title and text joined. A line repeated
     (same _id, same text) counts once, with a warning; the same _id with another text is an error."""
     rows, line_of, repeats, empty = {}, {}, 0, 0
-    for no, line in _lines(path, f"BEIR {whats} file"):
+    layout = f'a BEIR {what} is one object {{"_id": ..., "title": ..., "text": ...}} per line'
+    for no, line in read_lines(path, f"BEIR {whats} file"):
         if not line.strip():
             continue
         try:
@@ -74,24 +80,21 @@ def _read_jsonl(path, what, whats):
         except ValueError as err:
             raise UsageError(f"{path} line {no}: not JSON ({err.msg})") from None
         if not isinstance(row, dict):
-            raise UsageError(f'{path} line {no}: a JSON {type(row).__name__}; a BEIR {what} is one object '
-                             f'{{"_id": ..., "title": ..., "text": ...}} per line')
+            raise UsageError(f"{path} line {no}: a JSON {type(row).__name__}; {layout}")
         rid = str(row["_id"]) if type(row.get("_id")) is int else row.get("_id")  # BEIR's ids are strings
         title = row.get("title") or ""  # absent, null or ""
         for key, value in (("_id", rid), ("text", row.get("text")), ("title", title)):
             if not isinstance(value, str) or key == "_id" and not value:
                 got = f"is {json.dumps(row[key])[:40]}" if key in row else "is missing"
-                raise UsageError(f'{path} line {no}: "{key}" {got}, not a string; a BEIR {what} is one '
-                                 f'object {{"_id": ..., "title": ..., "text": ...}} per line')
+                raise UsageError(f'{path} line {no}: "{key}" {got}, not a string; {layout}')
         text = f"{title} {row['text']}" if title else row["text"]
-        if rid in rows:
-            if rows[rid] != text:
-                raise UsageError(f"{path} lines {line_of[rid]} and {no}: two {whats} with _id {rid!r} and different "
-                                 f"texts; keep one")
-            repeats += 1
-            continue
-        rows[rid], line_of[rid] = text, no
-        empty += not text.strip()
+        if rows.get(rid, text) != text:
+            raise UsageError(f"{path} lines {line_of[rid]} and {no}: two {whats} with _id {rid!r} and different "
+                             f"texts; keep one")
+        repeats += rid in rows
+        empty += rid not in rows and not text.strip()
+        rows.setdefault(rid, text)
+        line_of.setdefault(rid, no)
     if repeats:
         print(f"warning: {path}: {repeats} line(s) repeat the _id and text of an earlier one; counted once",
               file=sys.stderr)
@@ -114,28 +117,14 @@ def read_beir(folder, split="test"):
         if not os.path.lexists(path):
             raise UsageError(f"{path} not found: --retrieval takes {layout}")
     corpus, queries = _read_jsonl(paths[0], "document", "documents"), _read_jsonl(paths[1], "query", "queries")
-    qrels, line_of, header = {}, {}, True
-    for no, line in _lines(paths[2], "BEIR qrels file"):
-        if not line.strip():
-            continue
-        cols = line.split("\t") if "\t" in line else line.split()
-        if len(cols) == 4:  # trec_eval's qrels: query, iteration, document, grade
-            cols = [cols[0], cols[2], cols[3]]
-        try:
-            grade = int(cols[-1])
-        except ValueError:
-            grade = None
-        if header and grade is None:
-            header = False
-            continue
-        header = False
-        if len(cols) != 3 or grade is None:
-            raise UsageError(f"{paths[2]} line {no}: expected query-id<TAB>corpus-id<TAB>integer score")
-        qid, did = cols[:2]
-        if qrels.setdefault(qid, {}).get(did, grade) != grade:
+    qrels, line_of = {}, {}
+    for no, cols, g in _table(paths[2], "BEIR qrels file", QRELS_LINE, _qrels_columns, lambda cols, no: _int(cols[-1])):
+        if len(cols) != 3:
+            raise UsageError(f"{paths[2]} line {no}: expected {QRELS_LINE}")
+        qid, did, _ = cols
+        if qrels.setdefault(qid, {}).setdefault(did, g) != g:
             raise UsageError(f"{paths[2]} lines {line_of[qid, did]} and {no}: query {qid!r} judges document "
-                             f"{did!r} twice, {qrels[qid][did]} and {grade}; keep one")
-        qrels[qid][did] = grade
+                             f"{did!r} twice, {qrels[qid][did]} and {g}; keep one")
         line_of.setdefault((qid, did), no)
     query_ids, doc_ids = {qid for qid, _ in queries}, {did for did, _ in corpus}
     if not corpus:
@@ -152,26 +141,31 @@ def read_beir(folder, split="test"):
     return corpus, queries, qrels
 
 
+QRELS_LINE = "query-id<TAB>corpus-id<TAB>integer score"
+
+
+def _qrels_columns(line):
+    cols = line.split("\t") if "\t" in line else line.split()
+    return [cols[0], cols[2], cols[3]] if len(cols) == 4 else cols  # trec_eval's: query, iteration, document, grade
+
+
+def _int(text):
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
 def read_sts(path):
     """[(sentence1, sentence2, score)] of an STS-format TSV: STS-B's columns sentence1, sentence2
     and score when a header names them, else the first three columns, after a header line if the
     first line's score is no number. Scores must be finite and not all equal."""
-    if not os.path.lexists(path):
-        raise UsageError(f"STS file {path} not found: pass a TSV with sentence1, sentence2, score columns")
-    rows = [(no, line.split("\t")) for no, line in _lines(path, "STS file") if line.strip()]
-    cols = [0, 1, 2]
-    if rows and {"sentence1", "sentence2", "score"} <= set(rows[0][1]):
-        header = rows.pop(0)[1]
-        cols = [header.index(c) for c in ("sentence1", "sentence2", "score")]
-    elif rows and (len(rows[0][1]) < 3 or _score(rows[0][1][2], path, rows[0][0]) is None):
-        rows.pop(0)  # a header with other names
-    pairs = []
-    for no, row in rows:
-        score = _score(row[cols[2]], path, no) if len(row) > max(cols) else None
-        if score is None:
-            got = "\t".join(row)[:60]
-            raise UsageError(f"{path} line {no}: expected sentence1<TAB>sentence2<TAB>score, got {got!r}")
-        pairs.append((row[cols[0]], row[cols[1]], score))
+    names = ("sentence1", "sentence2", "score")
+    first = next((line.split("\t") for _, line in read_lines(path, "STS file") if line.strip()), [])
+    at = [first.index(c) for c in names] if set(names) <= set(first) else [0, 1, 2]
+    score = lambda cols, no: _score(cols[at[2]], path, no) if len(cols) > max(at) else None
+    pairs = [(cols[at[0]], cols[at[1]], s) for _, cols, s in
+             _table(path, "STS file", "sentence1<TAB>sentence2<TAB>score", lambda line: line.split("\t"), score)]
     if len(pairs) < 2:
         raise UsageError(f"STS file {path} holds fewer than two pairs")
     if len({p[2] for p in pairs}) == 1:

@@ -10,40 +10,31 @@ import shutil
 import torch
 
 
+# Our names -> Hugging Face BERT's, per layer; the fused qkv maps to three HF tensors.
+_LAYER = (("attn.qkv", ("attention.self.query", "attention.self.key", "attention.self.value")),
+          ("attn.proj", ("attention.output.dense",)), ("attn_norm", ("attention.output.LayerNorm",)),
+          ("mlp.fc", ("intermediate.dense",)), ("mlp.proj", ("output.dense",)), ("mlp_norm", ("output.LayerNorm",)))
+_HEADS = (("mlm", (("dense", "cls.predictions.transform.dense"), ("norm", "cls.predictions.transform.LayerNorm"))),
+          ("pooler", (("", "bert.pooler.dense"),)), ("classifier", (("", "classifier"),)))
+
+
 def _key_map(model):
-    """[(our parameter name, [Hugging Face names])]; fused qkv maps to three HF tensors."""
+    """[(our parameter name, [Hugging Face names])] of the model's weights."""
     enc, cfg = ("bert." if hasattr(model, "bert") else ""), model.config  # an encoder alone: no prefix
-    pairs = [(f"{enc}embeddings.{ours}.weight", [f"bert.embeddings.{hf}.weight"])
-             for ours, hf in [("word", "word_embeddings"), ("position", "position_embeddings"),
-                              ("token_type", "token_type_embeddings")]]
-    pairs += [(f"{enc}embeddings.norm.{p}", [f"bert.embeddings.LayerNorm.{p}"])
-              for p in ("weight", "bias")]
+    pairs = [(f"{enc}embeddings.{ours}.weight", [f"bert.embeddings.{ours}_embeddings.weight"])
+             for ours in ("word", "position", "token_type")]
+    modules = [(f"{enc}embeddings.norm", ["bert.embeddings.LayerNorm"])]
     for i in range(cfg.num_hidden_layers):
-        ours, hf = f"{enc}layers.{i}.", f"bert.encoder.layer.{i}."
-        for p in ("weight", "bias"):
-            pairs += [
-                (f"{ours}attn.qkv.{p}", [f"{hf}attention.self.{n}.{p}" for n in ("query", "key", "value")]),
-                (f"{ours}attn.proj.{p}", [f"{hf}attention.output.dense.{p}"]),
-                (f"{ours}attn_norm.{p}", [f"{hf}attention.output.LayerNorm.{p}"]),
-                (f"{ours}mlp.fc.{p}", [f"{hf}intermediate.dense.{p}"]),
-                (f"{ours}mlp.proj.{p}", [f"{hf}output.dense.{p}"]),
-                (f"{ours}mlp_norm.{p}", [f"{hf}output.LayerNorm.{p}"]),
-            ]
+        modules += [(f"{enc}layers.{i}.{ours}", [f"bert.encoder.layer.{i}.{hf}" for hf in hfs]) for ours, hfs in _LAYER]
+    for head, parts in _HEADS:
+        if hasattr(model, head):
+            modules += [(f"{head}.{ours}".rstrip("."), [hf]) for ours, hf in parts]
+    pairs += [(f"{ours}.{p}", [f"{hf}.{p}" for hf in hfs]) for ours, hfs in modules for p in ("weight", "bias")]
     if hasattr(model, "mlm"):
         pairs += [("mlm.bias", ["cls.predictions.bias"])]
-        pairs += [(f"mlm.dense.{p}", [f"cls.predictions.transform.dense.{p}"]) for p in ("weight", "bias")]
-        pairs += [(f"mlm.norm.{p}", [f"cls.predictions.transform.LayerNorm.{p}"]) for p in ("weight", "bias")]
         if not cfg.tie_word_embeddings:
             pairs += [("mlm.decoder.weight", ["cls.predictions.decoder.weight"])]
-    if hasattr(model, "pooler"):
-        pairs += [(f"pooler.{p}", [f"bert.pooler.dense.{p}"]) for p in ("weight", "bias")]
-    if hasattr(model, "classifier"):
-        pairs += [(f"classifier.{p}", [f"classifier.{p}"]) for p in ("weight", "bias")]
     return pairs
-
-
-def _is_head(ours):
-    return ours.startswith(("mlm.", "pooler.", "classifier."))
 
 
 # Keys of other BERT variants that none of our models use (NSP head, buffers, ...).
@@ -53,10 +44,8 @@ _IGNORED = ("cls.seq_relationship.", "bert.embeddings.position_ids", "cls.predic
 def to_hf_state_dict(model):
     """Our state dict under Hugging Face BERT names (BertModel / BertForMaskedLM / ...)."""
     ours = model.state_dict()
-    out = {}
-    for name, hf_names in _key_map(model):
-        for hf, t in zip(hf_names, ours[name].chunk(len(hf_names), dim=0)):
-            out[hf] = t.detach().clone()
+    out = {hf: t.detach().clone() for name, hf_names in _key_map(model)
+           for hf, t in zip(hf_names, ours[name].chunk(len(hf_names), dim=0))}
     if not hasattr(model, "bert"):  # a bare BertModel's keys carry no "bert." prefix
         out = {k.removeprefix("bert."): v for k, v in out.items()}
     if hasattr(model, "mlm"):
@@ -79,9 +68,9 @@ def load_hf_state_dict(model, state_dict):
     ours = model.state_dict()
     used, missing, fresh, loaded = set(), [], [], {}
     for name, hf_names in _key_map(model):
-        absent = [k for k in hf_names if k not in sd]
-        if absent:
-            (fresh if _is_head(name) else missing).extend([name] if _is_head(name) else absent)
+        if absent := [k for k in hf_names if k not in sd]:
+            head = name.startswith(("mlm.", "pooler.", "classifier."))
+            (fresh if head else missing).extend([name] if head else absent)
             continue
         t = torch.cat([sd[k] for k in hf_names], dim=0)
         if t.shape != ours[name].shape:
@@ -142,10 +131,8 @@ def write_safetensors(path, tensors):
     head += b" " * (-len(head) % 8)  # the format pads the header to 8-byte alignment
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(len(head).to_bytes(8, "little"))
-        f.write(head)
-        for raw in blobs:
-            f.write(raw)
+        f.write(len(head).to_bytes(8, "little") + head)
+        f.writelines(blobs)
     os.replace(tmp, path)
 
 

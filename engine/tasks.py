@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine import cli
+from engine.evalsets import read_lines
 
 class FinetuneError(cli.UsageError):
     """A user mistake (missing file, unknown task, ...): reported as one line, exit code 2."""
@@ -110,35 +111,38 @@ METRICS = {"acc": accuracy, "f1": f1_score, "mcc": matthews_corrcoef,
 
 def read_table(path, names=()):
     """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON(L) file."""
-    with open(cli.regular_file(path), encoding="utf-8-sig", newline="") as f:  # -sig: MRPC's files open with a BOM
-        if path.endswith(".tsv"):  # GLUE quotes nothing: a '"' is text (csv.QUOTE_NONE)
-            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-            header = list(names) or (rows.pop(0) if rows else [])
-            # a tab at the end of every line (some exports) is not a column
-            rows = [r[:-1] if len(r) == len(header) + 1 and r[-1] == "" else r for r in rows]
-            good = [r for r in rows if len(r) == len(header)]
-            if rows and not good:
-                raise FinetuneError(f"no row of {path} has the {len(header)} tab-separated fields of its "
-                                    f"header ({', '.join(header)}); its first row has {len(rows[0])}")
-            if len(good) < len(rows):  # a few lines of GLUE's QQP train.tsv lack fields
-                print(f"warning: skipped {len(rows) - len(good)} malformed rows of {path}", file=sys.stderr)
-            return {h: [r[i] for r in good] for i, h in enumerate(header)}
-        if path.endswith(".csv"):
-            rows = list(csv.DictReader(f))
-        else:
-            text = f.read()
+    lines = [line for _, line in read_lines(path)]  # a BOM allowed: MRPC's files open with one
+    if path.endswith(".tsv"):  # GLUE quotes nothing: a '"' is text
+        rows = [line.split("\t") for line in lines]
+        header = list(names) or (rows.pop(0) if rows else [])
+        # a tab at the end of every line (some exports) is not a column
+        rows = [r[:-1] if len(r) == len(header) + 1 and r[-1] == "" else r for r in rows]
+        good = [r for r in rows if len(r) == len(header)]
+        if rows and not good:
+            raise FinetuneError(f"no row of {path} has the {len(header)} tab-separated fields of its "
+                                f"header ({', '.join(header)}); its first row has {len(rows[0])}")
+        if len(good) < len(rows):  # a few lines of GLUE's QQP train.tsv lack fields
+            print(f"warning: skipped {len(rows) - len(good)} malformed rows of {path}", file=sys.stderr)
+        return {h: [r[i] for r in good] for i, h in enumerate(header)}
+    if path.endswith(".csv"):
+        rows = list(csv.DictReader(line + "\n" for line in lines))
+    else:
+        try:
+            rows = json.loads("\n".join(lines))  # a JSON array ...
+        except json.JSONDecodeError:  # ... or JSON lines
             try:
-                rows = json.loads(text)  # a JSON array ...
-            except json.JSONDecodeError:  # ... or JSON lines
-                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-            rows = [rows] if isinstance(rows, dict) else rows
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                raise FinetuneError(f"{path}: expected JSON objects (one per example), one per line or in an array")
-        return {k: [r.get(k) for r in rows] for k in (rows[0] if rows else {})}
+                rows = [json.loads(line) for line in lines if line.strip()]
+            except json.JSONDecodeError as err:
+                raise FinetuneError(f"cannot parse {path}: {err}") from None
+        rows = [rows] if isinstance(rows, dict) else rows
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise FinetuneError(f"{path}: expected JSON objects (one per example), one per line or in an array")
+    return {k: [r.get(k) for r in rows] for k in (rows[0] if rows else {})}
 
 
 def load_split(task, split, data_dir=None, cache_dir=None):
-    """One split: {"a": texts, "b": texts or None, "labels": array or None (test), "index": ids}."""
+    """One split: {"a": texts, "b": texts or None, "labels": array or None (test), "index": ids}.
+    A training split that lacks a class of the task's labels is a warning (it is never learnt)."""
     if data_dir is None:
         from datasets import load_dataset  # a slow import, needed only for the hub
         where = f"nyu-mll/glue {task.hub} {split.replace('dev', 'validation')}"
@@ -153,8 +157,13 @@ def load_split(task, split, data_dir=None, cache_dir=None):
         if where is None:
             raise FinetuneError(f"{data_dir} has no {split}.tsv (nor .csv/.jsonl/.json); point --data_dir "
                                 f"(or --task) at the folder of {task.name}'s files")
-        cols = parsed(where, read_table, where, task.no_header if split in ("train", "dev") else ())
-    return to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
+        cols = read_table(where, task.no_header if split in ("train", "dev") else ())
+    out = to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
+    absent = [n for i, n in enumerate(task.labels or ()) if split == "train" and i not in out["labels"]]
+    if absent:
+        print(f"warning: {where} has no example of class {', '.join(map(repr, absent))} of {task.name}'s labels "
+              f"({', '.join(task.labels)}): the classifier never learns to predict it", file=sys.stderr)
+    return out
 
 
 def to_examples(task, cols, where, labelled=True):
@@ -183,26 +192,11 @@ def read_examples(path, task):
     """Examples to label, from one file: the task's text columns of a TSV (with a header), CSV or
     JSON(L) file, or any other text file with one example per line (a pair: a<TAB>b)."""
     if path.endswith(SPLIT_FILES):
-        return to_examples(task, parsed(path, read_table, path), path, labelled=False)
-    rows = [line.split("\t", len(task.text) - 1) for line in parsed(path, read_lines, path)]
+        return to_examples(task, read_table(path), path, labelled=False)
+    rows = [line.split("\t", len(task.text) - 1) for _, line in read_lines(path) if line.strip()]
     if any(len(r) != len(task.text) for r in rows):
         raise FinetuneError(f"{path}: {task.name} reads text pairs: write each line as text<TAB>text")
     return to_examples(task, dict(zip(task.text, zip(*rows))) if rows else {}, path, labelled=False)
-
-
-def parsed(where, read, *args):
-    """read(*args), a file's syntax errors (bad JSON, bytes that are not UTF-8) in one line."""
-    try:
-        return read(*args)
-    except cli.UsageError:
-        raise
-    except (ValueError, UnicodeDecodeError) as err:
-        raise FinetuneError(f"cannot parse {where}: {err}") from err
-
-
-def read_lines(path):
-    with open(cli.regular_file(path), encoding="utf-8-sig") as f:
-        return [line.rstrip("\r\n") for line in f if line.strip()]
 
 
 def to_label(task, value, where):
@@ -254,7 +248,7 @@ def folder_task(folder, text_columns=None, label_column="label", metrics=None):
     if train is None or dev is None:
         raise FinetuneError(f"task folder {folder} needs train.tsv and dev.tsv or validation.tsv (or .csv, .jsonl, "
                             f".json) with a header row")
-    cols = parsed(train, read_table, train)
+    cols = read_table(train)
     if label_column not in cols:
         raise FinetuneError(f"{train} has no label column {label_column!r} (it has {', '.join(cols)}); "
                             f"pass --label_column")
@@ -277,21 +271,22 @@ def read_labels(path, values, train):
     """labels.txt (one label per line, in class order), else the label values of train, sorted
     (numerically if they are whole numbers); None (a regression) if they are numbers not all whole."""
     if os.path.exists(path):
-        labels = tuple(dict.fromkeys(line.strip() for line in parsed(path, read_lines, path)))
+        labels = tuple(dict.fromkeys(line.strip() for _, line in read_lines(path) if line.strip()))
     else:
         if (row := next((i for i, v in enumerate(values) if v is None or not str(v).strip()), None)) is not None:
             raise FinetuneError(f"{train} row {row + 1} has no label")
-        distinct = sorted({str(v).strip() for v in values})
+        labels = tuple(sorted({str(v).strip() for v in values}))
         try:
-            numbers = [float(v) for v in distinct]
-        except ValueError:
+            numbers = [float(v) for v in labels]
+        except ValueError:  # names, sorted as text
             numbers = None
-        if numbers is not None and not all(map(math.isfinite, numbers)):
-            raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(distinct[:5])})")
-        if numbers is not None and any(n != int(n) for n in numbers):
-            print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
-            return None
-        labels = tuple(sorted(distinct, key=float) if numbers is not None else distinct)
+        if numbers is not None:
+            if not all(map(math.isfinite, numbers)):
+                raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(labels[:5])})")
+            if any(n != int(n) for n in numbers):
+                print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
+                return None
+            labels = tuple(sorted(labels, key=float))
         print(f"note: labels {', '.join(labels[:10])}{' ...' * (len(labels) > 10)} from {train}'s label column, "
               f"sorted (a labels.txt beside it sets their order)", file=sys.stderr)
     if len(labels) < 2:

@@ -67,10 +67,8 @@ def verified(path, tokenizer, say=None):
 def build(path, docs, sources, tokenizer, num_proc, say):
     """Tokenise `docs` (a datasets.Dataset, column "text") into `path` and write its manifest, with
     `sources` (source_fingerprints of what the documents were read from): the commit, a cache counts
-    only once its manifest exists. `say` gets the line saying what was read. A full
-    disk is one line: fallocate reserves the array's space before it is written, so it cannot end
-    in a SIGBUS mid-copy. No temp file is left, whatever stops it (an error, Ctrl-C, SIGTERM:
-    tokenize_parts ends its processes)."""
+    only once its manifest exists. `say` gets the line saying what was read. A full disk is one
+    line: fallocate reserves the array's space before it is written (no SIGBUS mid-copy)."""
     mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
     if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
         num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
@@ -118,8 +116,7 @@ def build(path, docs, sources, tokenizer, num_proc, say):
 def tokenize_parts(docs, tokenizer, dtype, parts):
     """The documents' ids, each ended by [SEP], into the files `parts` in order: part i holds the
     i-th contiguous share of the documents, tokenised by its own process (forked; with one part,
-    this one). Plain processes, not a pool: a stop (an error, Ctrl-C, SIGTERM) terminates and
-    joins every one of them, so none is left behind."""
+    this one). Not a pool: a stop terminates and joins every one of them."""
     bounds = [len(docs) * i // len(parts) for i in range(len(parts) + 1)]
     bar = tqdm(total=len(docs), desc="tokenizing", unit=" documents", dynamic_ncols=True)
     if len(parts) == 1:

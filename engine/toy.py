@@ -120,6 +120,11 @@ class _ToyGrammar:
             words += [rng.choice(PREPOSITIONS)] + self.noun_phrase(topic, rng.random() < 0.5)
         return words
 
+    def document(self, lo, hi):
+        """(topic, lo to hi sentences about it, all in one tense)."""
+        topic, past = self.rng.choice(list(TOPICS)), self.rng.random() < 0.3
+        return topic, [self.sentence(topic, past) for _ in range(self.rng.randint(lo, hi))]
+
     def sentence(self, topic, past):
         rng, r = self.rng, self.rng.random()
         if r < 0.1:  # question with do-support: "Does the dog chase a cow?"
@@ -155,15 +160,12 @@ def _toy_vocab():
 def _write_toy(out, rng, n_docs=3000, n_pairs=(4000, 1000, 1000), n_sim=200):
     grammar, topics = _ToyGrammar(rng), list(TOPICS)
     (out / "vocab.txt").write_text("\n".join(_toy_vocab()) + "\n", encoding="utf-8")
-    docs = []
-    for _ in range(n_docs):
-        topic, past = rng.choice(topics), rng.random() < 0.3
-        docs.append("\n".join(grammar.sentence(topic, past) for _ in range(rng.randint(6, 15))))
+    docs = ("\n".join(grammar.document(6, 15)[1]) for _ in range(n_docs))
     (out / "train.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
     # Labelled pairs: 1 = both sentences come from documents of the same topic.
     (out / "glue").mkdir()
     for split, n in zip(("train", "dev", "test"), n_pairs):
-        (out / "glue" / f"{split}.tsv").write_text(_pair_rows(grammar, rng, n, split == "test"), encoding="utf-8")
+        (out / "glue" / f"{split}.tsv").write_text(_pair_rows(grammar, n, split == "test"), encoding="utf-8")
     # Word similarity in WordSim353 form over single-token words: same topic scores high.
     single = {t: [w for pos in TOPICS[t] for w in pos.split() if "-" not in w] for t in topics}
     rows = ["# toy word similarity (WordSim353 format): word1<TAB>word2<TAB>score in [0, 10]",
@@ -177,9 +179,9 @@ def _write_toy(out, rng, n_docs=3000, n_pairs=(4000, 1000, 1000), n_sim=200):
     (out / "wordsim.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
-def _pair_rows(grammar, rng, n, test=False):
+def _pair_rows(grammar, n, test=False):
     """The pair task's TSV: n pairs, half labelled 1 (both sentences about one topic), in random order."""
-    topics = list(TOPICS)
+    rng, topics = grammar.rng, list(TOPICS)
     labels = [i % 2 for i in range(n)]
     rng.shuffle(labels)
     rows = ["index\tsentence1\tsentence2" if test else "sentence1\tsentence2\tlabel"]
@@ -194,8 +196,7 @@ def _pair_rows(grammar, rng, n, test=False):
 def toy_corpus(cache_dir=None, seed=0):
     """Directory with vocab.txt, train.txt, glue/{train,dev,test}.tsv and wordsim.txt, generated
     once per (seed, TOY_VERSION) and published atomically (temp dir + rename)."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-v{TOY_VERSION}-seed{seed}"
-    return _generate_once(final, lambda tmp: _write_toy(tmp, random.Random(seed)))
+    return _generate_once(cache_dir, f"toy-v{TOY_VERSION}-seed{seed}", lambda tmp: _write_toy(tmp, random.Random(seed)))
 
 
 def is_toy_vocab(path, cache_dir=None):
@@ -204,9 +205,10 @@ def is_toy_vocab(path, cache_dir=None):
             and Path(path).read_bytes() == (toy_corpus(cache_dir) / "vocab.txt").read_bytes())
 
 
-def _generate_once(final, write):
-    """The folder `final`, filled by write(folder) the first time: in a temp folder beside it,
-    then renamed into place, so a reader never sees half of it."""
+def _generate_once(cache_dir, name, write):
+    """The folder `name` of the cache, filled by write(folder) the first time: in a temp folder
+    beside it, then renamed into place, so a reader never sees half of it."""
+    final = Path(cache_dir or default_cache_dir()) / name
     if final.is_dir():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -232,10 +234,7 @@ def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
     # toy documents share nothing else, so a removed sentence would leave no trace of its source).
     # Relevance 2 = the source document, 1 = another document of the same topic.
     (out / "retrieval" / "qrels").mkdir(parents=True)
-    docs = []
-    for _ in range(n_docs):
-        topic, past = rng.choice(topics), rng.random() < 0.3
-        docs.append((topic, [grammar.sentence(topic, past) for _ in range(rng.randint(2, 4))]))
+    docs = [grammar.document(2, 4) for _ in range(n_docs)]
     corpus = [json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(sents)}) for i, (_, sents) in enumerate(docs)]
     queries, qrels = [], ["query-id\tcorpus-id\tscore"]
     for q in range(n_queries):
@@ -261,8 +260,8 @@ def toy_sentence_eval(cache_dir=None, seed=0):
     """Directory with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and
     sts.tsv (sentence1, sentence2, score), generated from the toy grammar with a random stream of
     its own (the toy corpus and its numbers are untouched), published atomically."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}"
-    return _generate_once(final, lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
+    return _generate_once(cache_dir, f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}",
+                          lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
 
 
 def toy_pair_eval(cache_dir=None, seed=0, n=5000):
@@ -270,9 +269,6 @@ def toy_pair_eval(cache_dir=None, seed=0, n=5000):
     corpus's dev split is but from a random stream of their own, so the corpus, its 1,000 dev
     pairs and every number measured on them stay as they are. study.py scores fine-tuned models
     on them: 1,000 pairs leave a binomial spread of about 1.3 points on an accuracy near 80%."""
-    final = Path(cache_dir or default_cache_dir()) / f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}"
-
-    def write(tmp):
-        rng = random.Random(f"pair-eval-{seed}")
-        (tmp / "dev.tsv").write_text(_pair_rows(_ToyGrammar(rng), rng, n), encoding="utf-8")
-    return _generate_once(final, write)
+    grammar = lambda: _ToyGrammar(random.Random(f"pair-eval-{seed}"))
+    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}",
+                          lambda tmp: (tmp / "dev.tsv").write_text(_pair_rows(grammar(), n), encoding="utf-8"))

@@ -189,3 +189,19 @@ def test_examples_to_label_from_a_file(tmp_path):
     write_tsv(str(tmp_path / "new.tsv"), ["index", "sentence1", "sentence2"], [(7, "x", "y")])
     ex = read_examples(str(tmp_path / "new.tsv"), pairs)
     assert (ex["a"], ex["b"], ex["index"]) == (["x"], ["y"], ["7"])
+
+
+def test_a_training_split_without_a_class_warns(tmp_path, capsys):
+    """labels.txt names a class that no training example has: a warning naming it (dev may lack one)."""
+    d = tmp_path / "mine"
+    write_tsv(str(d / "train.tsv"), ["text", "label"], [("a", "yes"), ("b", "no"), ("c", "yes")])
+    write_tsv(str(d / "dev.tsv"), ["text", "label"], [("d", "yes")])
+    (d / "labels.txt").write_text("no\nyes\nmaybe\n")
+    task = folder_task(str(d))
+    assert load_split(task, "train", str(d))["labels"].tolist() == [1, 0, 1]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train.tsv has no example of class 'maybe' of mine's labels (no, yes, maybe)" in err
+    load_split(task, "dev", str(d))
+    (d / "labels.txt").write_text("no\nyes\n")
+    load_split(folder_task(str(d)), "train", str(d))
+    assert capsys.readouterr().err == ""

@@ -194,3 +194,26 @@ def test_matches_hf_slow_tokenizer(bert_vocab):
     mismatch = first_mismatch(texts, [tok.encode(t) for t in texts], theirs, tok)
     assert mismatch is None, mismatch
     assert tok.tokenize("ΟΔΟΣ") == slow.tokenize("οδοσ")  # Rust's per-character lowercasing
+
+
+def test_a_repeated_token_warns_and_keeps_berts_ids(tmp_path, small, capsys):
+    """A token on two lines: one warning naming it and its lines; its id is the last line's, as
+    Hugging Face's BertTokenizer gives it (the reference), so every id equals BERT's."""
+    transformers = pytest.importorskip("transformers")
+    tokens = small.ids_to_tokens + ["hello", "##able", "world"]  # each already in the vocabulary
+    path = write_vocab(tmp_path / "vocab.txt", tokens)
+    tok = WordPieceTokenizer(path)
+    err = capsys.readouterr().err
+    line = lambda t: ", ".join(str(i + 1) for i, u in enumerate(tokens) if u == t)
+    assert err.count("\n") == 1 and err.startswith(f"warning: vocab file {path} repeats 3 token(s): ")
+    assert all(f"'{t}' (lines {line(t)})" in err for t in ("hello", "##able", "world"))
+    ref = transformers.BertTokenizer(str(path))
+    text = "hello unaffable world, [MASK] worlds"
+    assert tok.encode(text) == ref(text, add_special_tokens=False)["input_ids"]
+    assert tok.vocab["hello"] == len(tokens) - 3
+
+
+def test_a_vocab_of_special_tokens_only_is_refused(tmp_path):
+    """Nothing to tokenise text into, nor a token for masking's random replacement: refused at load."""
+    with pytest.raises(DataError, match=r"holds only the special tokens \[PAD\], .*: add the words"):
+        WordPieceTokenizer(write_vocab(tmp_path / "vocab.txt", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]))
