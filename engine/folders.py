@@ -1,0 +1,126 @@
+"""Output folders that a script writes whole and may later replace (export.py's Hugging Face folder,
+finetune.py's best classifier, the hand-out): written in a temp sibling, then renamed into place.
+
+A folder in the way is replaced only when all of these hold; else one line, and nothing is touched:
+- this tool wrote it: MARKER, written inside when the tool made it, names the tool and every file it
+  wrote, and nothing has been added since (a guess from file names would take a downloaded model);
+- no run holds its lock (runs.RunLock's flock on FOLDER/.lock), tried, and held while replacing;
+- it is not, and does not hold, what the command reads (`protect`) or the repository;
+- `force` (the user's --force; finetune.py's own best classifier is replaced by design).
+An empty folder is simply filled.
+"""
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+
+from engine import cli
+from engine.cli import UsageError
+
+MARKER = ".taco-output.json"
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # taco.py's folder (with .git)
+
+
+def inside(path, folder):
+    """Is `path` the folder or inside it? samefile on each of its parents: symlinks and bind mounts too."""
+    path = os.path.realpath(path)
+    while True:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(folder, path):
+                return True
+        if os.path.dirname(path) == path:
+            return False
+        path = os.path.dirname(path)
+
+
+def _entries(folder):
+    """Every file and folder under `folder`, as paths relative to it."""
+    return sorted(os.path.relpath(os.path.join(top, name), folder)
+                  for top, dirs, files in os.walk(folder) for name in dirs + files)
+
+
+def check(out, tool, force=False, protect=None):
+    """Raise UsageError unless `out` may be written by `tool` (the module docstring's rules)."""
+    with _locked(out):
+        _allowed(out, tool, force, protect)
+
+
+def _allowed(out, tool, force, protect):
+    """check's rules but the lock."""
+    if not os.path.lexists(out):
+        return
+    if not os.path.isdir(out):
+        raise UsageError(f"{out} is a file; pass a folder")
+    for what, path in {**(protect or {}), "the repository": REPOSITORY}.items():
+        if path and os.path.exists(path) and inside(path, out):
+            raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another folder")
+    found, ours = [e for e in _entries(out) if e != ".lock"], _written(out, tool)
+    foreign = [e for e in found if e not in ours | {MARKER}]
+    if foreign:
+        raise UsageError(f"{out} holds files that {tool} did not write ({', '.join(foreign[:3])}"
+                         f"{', ...' * (len(foreign) > 3)}); pick another folder, or move them out")
+    if found and not force:
+        raise UsageError(f"{out} holds an earlier output of {tool}; pass --force to replace it, or pick another folder")
+
+
+def _written(out, tool):
+    """The entries that `tool`'s marker in `out` lists (none without a marker of `tool`)."""
+    try:
+        with open(os.path.join(out, MARKER)) as f:
+            mark = json.load(f)
+        return set(mark["files"]) if mark["tool"] == tool else set()
+    except (OSError, ValueError, TypeError, KeyError):
+        return set()
+
+
+@contextlib.contextmanager
+def _locked(out):
+    """Hold OUT/.lock, if there is one, so that no run starts there meanwhile; one line if a run holds it."""
+    try:
+        fd = os.open(os.path.join(out, ".lock"), os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
+            raise UsageError(f"{out} is in use by a run (process {owner}); wait for it to end, or pick another "
+                             f"folder") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def replacing(out, tool, force=False, protect=None, size=None):
+    """`with replacing(out, tool) as tmp:` write the folder's files into tmp; at the end it becomes `out`,
+    replacing what was there only as `check` allows. A failure (a full disk: one line with the space
+    needed, `size` bytes, and free) or a signal leaves `out` as it was and no temp folder."""
+    out = os.path.normpath(out)
+    check(out, tool, force, protect)  # before any work
+    tmp, old = f"{out}.tmp{os.getpid()}", f"{out}.old{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        os.makedirs(tmp)
+        yield tmp
+        with open(os.path.join(tmp, MARKER), "w") as f:
+            json.dump({"tool": tool, "files": _entries(tmp)}, f, indent=1)
+        if os.path.isdir(out):
+            os.close(os.open(os.path.join(out, ".lock"), os.O_RDONLY | os.O_CREAT, 0o644))  # a folder check let through
+            with _locked(out):  # held until the swap
+                _allowed(out, tool, force, protect)  # again: a run may have started there meanwhile
+                os.rename(out, old)
+                os.rename(tmp, out)
+        else:
+            os.rename(tmp, out)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)  # (before DiskFull measures the space left)
+        if cli.disk_full(err):
+            raise cli.DiskFull(os.path.dirname(os.path.abspath(out)), size, f"{tool}'s {out}",
+                               f"; {out} is as it was") from None
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
