@@ -52,7 +52,7 @@ def _allowed(out, tool, force, protect):
         return
     if not os.path.isdir(out):
         raise UsageError(f"{out} is a file; pass a folder")
-    for what, path in {**(protect or {}), "the repository": REPOSITORY}.items():
+    for what, path in [*(protect or {}).items(), ("the repository", REPOSITORY)]:
         if path and os.path.exists(path) and inside(path, out):
             raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another folder")
     found, ours = [e for e in _entries(out) if e != ".lock"], _written(out, tool)
@@ -113,14 +113,18 @@ def replacing(out, tool, force=False, protect=None, size=None):
             with _locked(out):  # held until the swap
                 _allowed(out, tool, force, protect)  # again: a run may have started there meanwhile
                 os.rename(out, old)
-                os.rename(tmp, out)
+                try:
+                    os.rename(tmp, out)
+                except BaseException:
+                    os.rename(old, out)  # (a rename can meet a full disk too)
+                    raise
         else:
             os.rename(tmp, out)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)  # (before DiskFull measures the space left)
         if cli.disk_full(err):
             raise cli.DiskFull(os.path.dirname(os.path.abspath(out)), size, f"{tool}'s {out}",
-                               f"; {out} is as it was") from None
+                               f"; {out} is as it was" * os.path.isdir(out)) from None
         raise
     finally:
         shutil.rmtree(old, ignore_errors=True)
