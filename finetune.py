@@ -223,33 +223,25 @@ def write_predictions(model, task, data, args):
         checkpoints.write_bytes(os.path.join(args.out, submission(task, suffix)), ("\n".join(lines) + "\n").encode())
 
 
-def saved_task(folder):
-    """The task a classifier finetune.py saved (OUT/best/TASK) was trained on, as its config.json's
-    taco_task says -> (Task, max_len); a folder that is no such classifier, or whose taco_task was
-    edited into something else, is one line."""
-    path = os.path.join(folder, "config.json")
-    about = checkpoints.read_json(path).get("taco_task") if os.path.isfile(path) else None
-    if not isinstance(about, dict):
-        raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
-                            f"{folder} is not one")
-    try:
-        labels = None if about["labels"] is None else tuple(about["labels"])
-        task = Task(about["name"], None, tuple(about["text"]), (*about["text"], about["label"]), labels, ())
-        ok = all(isinstance(v, str) for v in (task.name, *task.tsv, *(labels or ()))) and 1 <= len(task.text) <= 2 \
-            and len(labels or "xy") > 1 and type(about["max_len"]) is int
-    except (KeyError, TypeError):
-        ok = False
-    if not ok:
-        raise FinetuneError(f"{path}: its taco_task is not what finetune.py writes (name, text columns, label, labels, "
-                            f"max_len); edited? restore it, or fine-tune again")
-    return task, about["max_len"]
-
-
 def predict_file(args):
     """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for
     every example of FILE -> OUT/predict/<FILE's name>.tsv (never one of --predict_test's files, nor,
     without --force, an earlier prediction)."""
-    task, max_len = saved_task(args.model)
+    path = os.path.join(args.model, "config.json")
+    about = checkpoints.read_json(path).get("taco_task") if os.path.isfile(path) else None
+    if not isinstance(about, dict):
+        raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
+                            f"{args.model} is not one")
+    try:  # the task it was trained on, as finetune.py wrote it (save_best)
+        text, labels = tuple(map(str, about["text"])), about["labels"]
+        labels = None if labels is None else tuple(map(str, labels))  # None: a regression
+        task = Task(str(about["name"]), None, text, (*text, str(about["label"])), labels, ())
+        max_len = int(about["max_len"])
+    except (KeyError, TypeError, ValueError):
+        text = ()
+    if not 1 <= len(text) <= 2:
+        raise FinetuneError(f"{path}: its taco_task is not what finetune.py writes (edited?); restore it, or "
+                            f"fine-tune again")
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
     out = os.path.join(args.out, "predict", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
     if os.path.exists(out) and not args.force:
@@ -257,7 +249,6 @@ def predict_file(args):
                             f"another --out")
     args.device, args.autocast = cli.device(args.device), contextlib.nullcontext()
     cli.set_threads(args.threads)
-    labels = task.labels
     try:
         model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x"))
         lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
@@ -265,9 +256,9 @@ def predict_file(args):
     except Exception as err:  # edited or damaged files of the saved classifier: which folder, in one line
         raise FinetuneError(f"cannot load --model {args.model}: {cli.reason(err)}") from err
     max_len, cfg = args.max_len or max_len, model.config
-    if tok.vocab_size != cfg.vocab_size or not 4 <= max_len <= cfg.max_position_embeddings:
-        raise FinetuneError(f"--model {args.model}: its vocab.txt ({tok.vocab_size} tokens) or max_len {max_len} does "
-                            f"not fit its config.json ({cfg.vocab_size} tokens, {cfg.max_position_embeddings} positions)")
+    if tok.vocab_size != cfg.vocab_size or not 4 <= max_len <= cfg.max_position_embeddings:  # an edited file
+        raise FinetuneError(f"--model {args.model}: {tok.vocab_size} tokens in vocab.txt and max_len {max_len}; its "
+                            f"config.json: {cfg.vocab_size} tokens, {cfg.max_position_embeddings} positions")
     args.pad_id = tok.pad_id
     preds, prob = predict(model.to(args.device), encode(tok, data, max_len), labels is None, args, True)
     rows = [f"{i}\t{p:.4f}" if labels is None else f"{i}\t{labels[int(p)]}\t{q:.4f}"
@@ -303,10 +294,9 @@ def finetune(args):
     args.max_len = args.max_len or 128
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
-    outputs = [os.path.join("best", t.name) for t, _ in tasks] + [submission(t, e[0]) for t, _ in tasks for e in t.evals]
-    twice = next((o for o in outputs if outputs.count(o) > 1), None)
-    if twice:
-        raise FinetuneError(f"two of the tasks would write {os.path.join(args.out, twice)}: give each its own name")
+    outputs = [t.name for t, _ in tasks] + [submission(t, e[0]) for t, _ in tasks for e in t.evals]
+    if len(set(outputs)) < len(outputs):  # best/NAME, predictions/NAME.tsv and the summary would mix them
+        raise FinetuneError(f"two of the tasks have one name ({', '.join(t.name for t, _ in tasks)}): rename a folder")
     for task, _ in tasks:  # a folder in the way of the best classifier: now, not after the training
         folders.check(os.path.join(args.out, "best", task.name), "finetune.py", True, {"--model": args.model})
     if any(bs % args.world for _, bs, _, _ in grid):

@@ -579,14 +579,15 @@ def test_a_full_disk_while_saving_the_classifier_names_the_folder_and_keeps_the_
 
 
 @pytest.mark.parametrize("edit, hint", [
-    (lambda c: c["taco_task"].pop("labels"), "its taco_task is not what finetune.py writes"),
-    (lambda c: c["taco_task"].update(text="review"), "its taco_task is not what finetune.py writes"),
-    (lambda c: c["taco_task"].update(max_len="32"), "its taco_task is not what finetune.py writes"),
-    (lambda c: c["taco_task"].update(labels=[1, 2]), "its taco_task is not what finetune.py writes"),
-    (lambda c: c["taco_task"].update(labels="neg,pos"), "cannot load --model"),
-    (lambda c: c.update(taco_task=["reviews"]), "is not one"),
-    (lambda c: c.update(hidden_size="128"), "config value hidden_size = \"128\": expected a whole number"),
-    (lambda c: c.pop("vocab_size"), "cannot load --model"),
+    (lambda c, d: c["taco_task"].pop("labels"), "its taco_task is not what finetune.py writes"),
+    (lambda c, d: c["taco_task"].update(text="review"), "its taco_task is not what finetune.py writes"),
+    (lambda c, d: c["taco_task"].update(max_len="thirty"), "its taco_task is not what finetune.py writes"),
+    (lambda c, d: c["taco_task"].update(labels=0), "its taco_task is not what finetune.py writes"),
+    (lambda c, d: c["taco_task"].update(labels="neg,pos"), "cannot load --model"),
+    (lambda c, d: open(d / "vocab.txt", "a").write("extra\n"), "23 tokens in vocab.txt and max_len 32; its config.json: 22 tokens"),
+    (lambda c, d: c.update(taco_task=["reviews"]), "is not one"),
+    (lambda c, d: c.update(hidden_size="128"), "config value hidden_size = \"128\": expected a whole number"),
+    (lambda c, d: c.pop("vocab_size"), "cannot load --model"),
 ])
 def test_a_hand_edited_classifier_is_one_line(models, tmp_path, capsys, edit, hint):
     from engine.finetuning import save_best
@@ -602,7 +603,7 @@ def test_a_hand_edited_classifier_is_one_line(models, tmp_path, capsys, edit, hi
               SimpleNamespace(out=str(tmp_path), model=models["dir"]))
     path = tmp_path / "best" / "reviews" / "config.json"
     config = json.loads(path.read_text())
-    edit(config)
+    edit(config, path.parent)
     path.write_text(json.dumps(config))
     (tmp_path / "new.txt").write_text("a good cat\n")
     refused(["--predict", str(tmp_path / "new.txt"), "--model", str(path.parent), "--out", str(tmp_path)], capsys, hint)
