@@ -43,43 +43,15 @@ def _entries(folder):
 def check(out, tool, force=False, protect=None):
     """Raise UsageError unless `out` may be written by `tool` (the module docstring's rules)."""
     with _locked(out):
-        _allowed(out, tool, force, protect)
-
-
-def _allowed(out, tool, force, protect):
-    """check's rules but the lock."""
-    if not os.path.lexists(out):
-        return
-    if not os.path.isdir(out):
-        raise UsageError(f"{out} is a file; pass a folder")
-    for what, path in [*(protect or {}).items(), ("the repository", REPOSITORY)]:
-        if path and os.path.exists(path) and inside(path, out):
-            raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another folder")
-    found, ours = [e for e in _entries(out) if e != ".lock"], _written(out, tool)
-    foreign = [e for e in found if e not in ours | {MARKER}]
-    if foreign:
-        raise UsageError(f"{out} holds files that {tool} did not write ({', '.join(foreign[:3])}"
-                         f"{', ...' * (len(foreign) > 3)}); pick another folder, or move them out")
-    if found and not force:
-        raise UsageError(f"{out} holds an earlier output of {tool}; pass --force to replace it, or pick another folder")
-
-
-def _written(out, tool):
-    """The entries that `tool`'s marker in `out` lists (none without a marker of `tool`)."""
-    try:
-        with open(os.path.join(out, MARKER)) as f:
-            mark = json.load(f)
-        return set(mark["files"]) if mark["tool"] == tool else set()
-    except (OSError, ValueError, TypeError, KeyError):
-        return set()
+        _rules(out, tool, force, protect)
 
 
 @contextlib.contextmanager
 def _locked(out):
-    """Hold OUT/.lock, if there is one, so that no run starts there meanwhile; one line if a run holds it."""
+    """Hold OUT/.lock where there is one, so that no run starts there meanwhile; one line if a run holds it."""
     try:
         fd = os.open(os.path.join(out, ".lock"), os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError):  # no run was ever there
         yield
         return
     try:
@@ -94,32 +66,53 @@ def _locked(out):
         os.close(fd)
 
 
+def _rules(out, tool, force, protect):
+    """check's rules but the lock."""
+    if not os.path.isdir(out):
+        if os.path.lexists(out):
+            raise UsageError(f"{out} is a file; pass a folder")
+        return
+    for what, path in [*(protect or {}).items(), ("the repository", REPOSITORY)]:
+        if path and os.path.exists(path) and inside(path, out):
+            raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another folder")
+    ours = set()
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        with open(os.path.join(out, MARKER)) as f:
+            mark = json.load(f)
+        ours = set(mark["files"]) if mark["tool"] == tool else set()
+    found = [e for e in _entries(out) if e != ".lock"]
+    foreign = [e for e in found if e not in ours | {MARKER}]
+    if foreign:
+        raise UsageError(f"{out} holds files that {tool} did not write ({', '.join(foreign[:3])}"
+                         f"{', ...' * (len(foreign) > 3)}); pick another folder, or move them out")
+    if found and not force:
+        raise UsageError(f"{out} holds an earlier output of {tool}; pass --force to replace it, or pick another folder")
+
+
 @contextlib.contextmanager
 def replacing(out, tool, force=False, protect=None, size=None):
     """`with replacing(out, tool) as tmp:` write the folder's files into tmp; at the end it becomes `out`,
     replacing what was there only as `check` allows. A failure (a full disk: one line with the space
     needed, `size` bytes, and free) or a signal leaves `out` as it was and no temp folder."""
     out = os.path.normpath(out)
-    check(out, tool, force, protect)  # before any work
     tmp, old = f"{out}.tmp{os.getpid()}", f"{out}.old{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    check(out, tool, force, protect)  # before any work
     try:
+        shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         yield tmp
         with open(os.path.join(tmp, MARKER), "w") as f:
             json.dump({"tool": tool, "files": _entries(tmp)}, f, indent=1)
-        if os.path.isdir(out):
-            os.close(os.open(os.path.join(out, ".lock"), os.O_RDONLY | os.O_CREAT, 0o644))  # a folder check let through
-            with _locked(out):  # held until the swap
-                _allowed(out, tool, force, protect)  # again: a run may have started there meanwhile
+        with _locked(out):  # checked again, and held until the swap: a run may have started there meanwhile
+            _rules(out, tool, force, protect)
+            if os.path.isdir(out):
                 os.rename(out, old)
-                try:
-                    os.rename(tmp, out)
-                except BaseException:
+            try:
+                os.rename(tmp, out)
+            except BaseException:
+                if os.path.isdir(old):
                     os.rename(old, out)  # (a rename can meet a full disk too)
-                    raise
-        else:
-            os.rename(tmp, out)
+                raise
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)  # (before DiskFull measures the space left)
         if cli.disk_full(err):

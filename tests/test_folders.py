@@ -12,6 +12,7 @@ import pytest
 
 from engine import folders
 from engine.cli import UsageError
+from engine.runs import RunLock
 from exercises import handout
 from tools import export
 
@@ -74,6 +75,12 @@ def test_the_rules(tmp_path):
                 write(tmp, "c")
                 raise stop
         assert open(os.path.join(out, "sub", "f.txt")).read() == "b"
+    with pytest.raises(UsageError, match="is in use by a run"):  # a run started there while it was written
+        with folders.replacing(out, "a.py", force=True) as tmp:
+            write(tmp, "d")
+            lock = RunLock(out)
+    lock.release()
+    assert open(os.path.join(out, "sub", "f.txt")).read() == "b"
     (tmp_path / "empty").mkdir()
     with folders.replacing(str(tmp_path / "empty"), "a.py") as tmp:  # an empty folder is filled
         write(tmp)
