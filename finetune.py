@@ -296,7 +296,8 @@ def finetune(args):
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
     outputs = [t.name for t, _ in tasks] + [submission(t, e[0]) for t, _ in tasks for e in t.evals]
     if len(set(outputs)) < len(outputs):  # best/NAME, predictions/NAME.tsv and the summary would mix them
-        raise FinetuneError(f"two of the tasks have one name ({', '.join(t.name for t, _ in tasks)}): rename a folder")
+        raise FinetuneError(f"the tasks {', '.join(t.name for t, _ in tasks)} would write outputs of one name "
+                            f"(best/NAME, predictions/NAME.tsv): rename a task's folder")
     for task, _ in tasks:  # a folder in the way of the best classifier: now, not after the training
         folders.check(os.path.join(args.out, "best", task.name), "finetune.py", True, {"--model": args.model})
     if any(bs % args.world for _, bs, _, _ in grid):
