@@ -38,10 +38,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from data import WordPieceTokenizer, load_tokenizer
-from engine import checkpoints, fast
+from engine import checkpoints, fast, folders
 from engine.checkpoints import find_weights, load_checkpoint, vocab_beside
 from engine.cli import UsageError
-from engine.finetuning import FT_RECIPES, choose_ft_recipe, format_table, get_args, save_best, scored, summarize
+from engine.finetuning import (FT_RECIPES, choose_ft_recipe, format_table, get_args, save_best, scored, summarize,
+                               warmup_steps)
 from engine.hf import read_weights
 from engine.runs import setup_distributed
 from engine.tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task, load_split, read_examples
@@ -128,15 +129,17 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     train, n = data["train"], len(data["train"]["ids"])
     steps_per_epoch = math.ceil((n + (-n) % world) / batch_size)
     total = steps_per_epoch * epochs
-    warmup = round(args.warmup * total) if args.warmup < 1 else int(args.warmup)
-    if warmup > total and args.rank == 0:  # the authors' 100 steps on a small task of your own
+    warmup = warmup_steps(args.warmup, total)
+    if warmup > total and args.rank == 0:  # --warmup 100 on a small task of your own
         print(f"warning: {task.name}: warm-up {warmup} steps > the {total} steps of training: the lr never reaches "
               f"{lr:g}; pass a fraction, e.g. --warmup 0.1", file=sys.stderr)
     order = torch.Generator().manual_seed(seed)  # the same order on every rank; each takes its share
     torch.manual_seed(seed + args.rank)  # dropout differs across ranks
     record = {"task": task.name, "model": args.source, "max_len": args.max_len, "warmup": args.warmup,
-              "weight_decay": args.weight_decay, "lr": lr, "batch_size": batch_size, "epochs": epochs,
-              "seed": seed, "per_epoch": []}
+              "warmup_steps": warmup, "weight_decay": args.weight_decay, "lr": lr, "batch_size": batch_size,
+              "epochs": epochs, "seed": seed, "per_epoch": []}
+    if args.rank == 0:
+        print(f"{task.name} lr {lr:g} bs {batch_size} seed {seed}: {total} steps, warm-up {warmup}")
     t0, step = time.time(), 0
     for epoch in range(1, epochs + 1):
         model.train()
@@ -205,6 +208,11 @@ def evaluate(model, task, data, args):
     return metrics
 
 
+def submission(task, suffix):
+    """OUT's file of a task's test predictions (MNLI: one per test set), GLUE's names."""
+    return os.path.join("predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
+
+
 def write_predictions(model, task, data, args):
     """GLUE server files `index<TAB>prediction`: label names, or STS-B scores within [0, 5]."""
     os.makedirs(os.path.join(args.out, "predictions"), exist_ok=True)
@@ -212,35 +220,53 @@ def write_predictions(model, task, data, args):
         preds = predict(model, data[test], task.labels is None, args)
         lines = ["index\tprediction"] + [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None
                                          else f"{i}\t{task.labels[int(p)]}" for i, p in zip(data[test]["index"], preds)]
-        path = os.path.join(args.out, "predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
-        checkpoints.write_bytes(path, ("\n".join(lines) + "\n").encode())
+        checkpoints.write_bytes(os.path.join(args.out, submission(task, suffix)), ("\n".join(lines) + "\n").encode())
 
 
 def predict_file(args):
     """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for
-    every example of FILE -> OUT/predictions/<FILE's name>.tsv."""
-    about = checkpoints.read_json(os.path.join(args.model, "config.json")).get("taco_task") if os.path.isfile(
-        os.path.join(args.model, "config.json")) else None
-    if not about:
+    every example of FILE -> OUT/predict/<FILE's name>.tsv (never one of --predict_test's files, nor,
+    without --force, an earlier prediction)."""
+    path = os.path.join(args.model, "config.json")
+    about = checkpoints.read_json(path).get("taco_task") if os.path.isfile(path) else None
+    if not isinstance(about, dict):
         raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
                             f"{args.model} is not one")
-    labels = tuple(about["labels"]) if about["labels"] else None
-    task = Task(about["name"], None, tuple(about["text"]), (*about["text"], about["label"]), labels, ())
+    try:  # the task it was trained on, as finetune.py wrote it (save_best)
+        text, labels = tuple(map(str, about["text"])), about["labels"]
+        labels = None if labels is None else tuple(map(str, labels))  # None: a regression
+        task = Task(str(about["name"]), None, text, (*text, str(about["label"])), labels, ())
+        max_len = int(about["max_len"])
+    except (KeyError, TypeError, ValueError):
+        text = ()
+    if not 1 <= len(text) <= 2:
+        raise FinetuneError(f"{path}: its taco_task is not what finetune.py writes (edited?); restore it, or "
+                            f"fine-tune again")
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
+    out = os.path.join(args.out, "predict", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
+    if os.path.exists(out) and not args.force:
+        raise FinetuneError(f"{out} holds the predictions of an earlier --predict; pass --force to replace them, or "
+                            f"another --out")
     args.device, args.autocast = cli.device(args.device), contextlib.nullcontext()
     cli.set_threads(args.threads)
-    model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x")).to(args.device)
-    lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
-    tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower)
+    try:
+        model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x"))
+        lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
+        tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower is not False)
+    except Exception as err:  # edited or damaged files of the saved classifier: which folder, in one line
+        raise FinetuneError(f"cannot load --model {args.model}: {cli.reason(err)}") from err
+    max_len, cfg = args.max_len or max_len, model.config
+    if tok.vocab_size != cfg.vocab_size or not 4 <= max_len <= cfg.max_position_embeddings:  # an edited file
+        raise FinetuneError(f"--model {args.model}: {tok.vocab_size} tokens in vocab.txt and max_len {max_len}; its "
+                            f"config.json: {cfg.vocab_size} tokens, {cfg.max_position_embeddings} positions")
     args.pad_id = tok.pad_id
-    preds, prob = predict(model, encode(tok, data, args.max_len or about["max_len"]), labels is None, args, True)
+    preds, prob = predict(model.to(args.device), encode(tok, data, max_len), labels is None, args, True)
     rows = [f"{i}\t{p:.4f}" if labels is None else f"{i}\t{labels[int(p)]}\t{q:.4f}"
             for i, p, q in zip(data["index"], preds, prob)]
     header = "index\tprediction" + "\tprobability" * (labels is not None)
-    out = os.path.join(args.out, "predictions", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     checkpoints.write_bytes(out, ("\n".join([header] + rows) + "\n").encode())
-    print(f"{about['name']}: {len(rows)} predictions of {args.model} for {args.predict} in {out}")
+    print(f"{task.name}: {len(rows)} predictions of {args.model} for {args.predict} in {out}")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -268,6 +294,12 @@ def finetune(args):
     args.max_len = args.max_len or 128
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
+    outputs = [t.name for t, _ in tasks] + [submission(t, e[0]) for t, _ in tasks for e in t.evals]
+    if len(set(outputs)) < len(outputs):  # best/NAME, predictions/NAME.tsv and the summary would mix them
+        raise FinetuneError(f"the tasks {', '.join(t.name for t, _ in tasks)} would write outputs of one name "
+                            f"(best/NAME, predictions/NAME.tsv): rename a task's folder")
+    for task, _ in tasks:  # a folder in the way of the best classifier: now, not after the training
+        folders.check(os.path.join(args.out, "best", task.name), "finetune.py", True, {"--model": args.model})
     if any(bs % args.world for _, bs, _, _ in grid):
         raise FinetuneError(f"batch sizes must be multiples of the number of processes, {args.world}")
     if not 4 <= args.max_len <= config.max_position_embeddings:
@@ -282,8 +314,9 @@ def finetune(args):
         args.device.type, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float16))
     results = os.path.join(args.out, "results.jsonl")
     if args.rank == 0:
+        warmup = "10% of the steps, at most 100" if args.warmup is None else f"{args.warmup:g}"
         print(f"fine-tuning {args.source}: recipe {recipe} ({why}): lr {args.lr:g}, epochs {args.epochs}, warm-up "
-              f"{args.warmup:g}, weight decay {args.weight_decay:g} | {len(grid)} run(s) per task | {args.dtype} on "
+              f"{warmup}, weight decay {args.weight_decay:g} | {len(grid)} run(s) per task | {args.dtype} on "
               f"{args.device.type} x {args.world}")
     for task, folder in tasks:
         data_dir = folder or args.data_dir or (os.path.join(toy_corpus(args.cache_dir), "glue") if task.name == "toy"

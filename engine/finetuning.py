@@ -4,12 +4,11 @@ is, the best classifier's folder, and the summary over seeds (summary.json and t
 import argparse
 import math
 import os
-import shutil
 import sys
 
 import numpy as np
 
-from engine import checkpoints, cli
+from engine import checkpoints, cli, folders
 from engine.cli import float_range, int_range
 from engine.tasks import GLUE, METRICS, TASKS
 from model import SIZES
@@ -19,15 +18,27 @@ from model import SIZES
 
 # Fine-tuning defaults by what the model is (every one can be overridden by its flag).
 # small / base: the authors' scripts (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32,
-# 100 warm-up steps, lr 5e-5 for 4 epochs / 3e-5 for 6 epochs, max length 128) with the Hugging
-# Face Trainer defaults they keep (weight decay 0, AdamW eps 1e-8, linear decay, clip 1.0): for every
-# trained model, small's below hidden 768 (BERT-small, MiniLM), base's from it (BERT-base, -large).
+# lr 5e-5 for 4 epochs / 3e-5 for 6 epochs, max length 128) with the Hugging Face Trainer defaults
+# they keep (weight decay 0, AdamW eps 1e-8, linear decay, clip 1.0): for every trained model, small's
+# below hidden 768 (BERT-small, MiniLM), base's from it (BERT-base, -large). Their 100 warm-up steps
+# become at most 10% of the training (warmup None: warmup_steps), so that a small task trains too.
 # toy: ours for taco's toy runs (tiny, mini) on the toy pair task, which need larger steps.
 FT_RECIPES = {
     "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),  # a taco run of the tiny or mini recipe
-    "small": dict(lr=5e-5, epochs=4, warmup=100, weight_decay=0.0),  # any other model, hidden < 768
-    "base": dict(lr=3e-5, epochs=6, warmup=100, weight_decay=0.0),  # any other model, hidden >= 768
+    "small": dict(lr=5e-5, epochs=4, warmup=None, weight_decay=0.0),  # any other model, hidden < 768
+    "base": dict(lr=3e-5, epochs=6, warmup=None, weight_decay=0.0),  # any other model, hidden >= 768
 }
+PAPER_WARMUP = 100  # the authors' warm-up steps: on GLUE's tasks (thousands of steps) under 10% of them
+
+
+def warmup_steps(warmup, total):
+    """--warmup -> steps of linear warm-up in a training of `total` steps: a fraction (< 1) of them,
+    a number of steps, or None: 10% of them, at most PAPER_WARMUP. (The paper's 100 steps outlast a
+    task of 200 examples, 28 steps in 4 epochs of 32: its lr never peaks, and the classifier stays
+    at the majority class.)"""
+    if warmup is None:
+        return min(round(0.1 * total), PAPER_WARMUP)
+    return round(warmup * total) if warmup < 1 else int(warmup)
 
 
 def choose_ft_recipe(config, origin=None):
@@ -54,25 +65,26 @@ def save_best(model, task, record, tok, args):
     """OUT/best/<task>: the classifier of the best run (by dev main score) in Hugging Face format
     (transformers.AutoModelForSequenceClassification loads it, its labels by name), with what
     `--predict` needs to read new examples. A better one saved there for the same pre-trained model
-    is kept; one of another pre-trained model is replaced, with a note."""
+    is kept; one of another pre-trained model (or one edited unreadable) is replaced, with a note.
+    Written whole (folders.replacing): a kill or a full disk leaves the earlier one."""
     path = os.path.join(args.out, "best", task.name)
-    old = checkpoints.read_json(os.path.join(path, "config.json")).get("taco_task", {}) if os.path.isdir(path) else {}
-    if old.get("model") == record["model"] and old.get("dev", {}).get("main", -math.inf) >= record["metrics"]["main"]:
+    try:
+        old = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]
+        old_model, old_score = old["model"], float(old["dev"]["main"])
+    except (cli.UsageError, KeyError, TypeError, ValueError):  # none yet, or edited
+        old_model, old_score = None, -math.inf
+    if old_model == record["model"] and old_score >= record["metrics"]["main"]:
         return
-    if old and old.get("model") != record["model"]:
-        print(f"note: {path} held a classifier of {old.get('model')}; replaced by this one of {record['model']}")
+    if os.path.isdir(path) and old_model != record["model"]:
+        print(f"note: {path} held a classifier of {old_model}; replaced by this one of {record['model']}")
     labels = {} if task.labels is None else {"id2label": dict(enumerate(task.labels)),
                                              "label2id": {n: i for i, n in enumerate(task.labels)}}
     about = {"name": task.name, "text": task.text, "label": task.tsv[-1], "labels": task.labels, "metrics": task.metrics,
              "dev": record["metrics"], **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")}}
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
+    size = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+    with folders.replacing(path, "finetune.py", True, {"--model": args.model}, size) as tmp:
         model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
                               finetuning_task=task.name, taco_task=about, **labels)
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -196,7 +208,7 @@ def get_args(argv=None):
     p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
                    help="seeds for every configuration, e.g. 1,2,3,4,5")
     p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
-                   "< 1, else steps; None: the recipe's (toy 0.1, else 100 steps)")
+                   "< 1, else steps; None: the recipe's (toy 0.1, else 10%% of the steps, at most the paper's 100)")
     p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW weight decay on matrices; "
                    "None: the recipe's (toy 0.01, else 0)")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
@@ -213,5 +225,6 @@ def get_args(argv=None):
     p.add_argument("--predict_test", action="store_true", help="write GLUE server files of each task's best run "
                    "(by dev main score, among this command's runs) to OUT/predictions/")
     p.add_argument("--predict", default=None, help="label the examples of this file (TSV/CSV/JSON(L) with the task's "
-                   "text columns, or one per line) with --model OUT/best/TASK: OUT/predictions/<name>.tsv")
+                   "text columns, or one per line) with --model OUT/best/TASK: OUT/predict/<name>.tsv")
+    p.add_argument("--force", action="store_true", help="--predict: replace an earlier OUT/predict/<name>.tsv")
     return p.parse_args(argv)

@@ -22,9 +22,12 @@ import base64
 import os
 import shutil
 import subprocess
+import sys
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # python exercises/handout.py: the root's modules
+from engine import cli, folders  # noqa: E402
 
 # module -> functions whose bodies the copy hides: (name, required). A required name must be
 # there; the others are helpers hidden where they exist (code may move between modules).
@@ -114,10 +117,13 @@ def hide_bodies(source, module, names):
 
 
 def build(out, root=ROOT, force=False):
-    if os.path.exists(out):
-        if not force:
-            raise SystemExit(f"error: {out} exists; pass --force to replace it")
-        shutil.rmtree(out)
+    """Write the hand-out `out` whole (engine/folders.py): with `force` an earlier hand-out is replaced,
+    never a folder handout.py did not write, nor the repository or a folder above it."""
+    with folders.replacing(out, "handout.py", force, {"the repository": root}) as tmp:
+        return write_copy(tmp, root)
+
+
+def write_copy(out, root):
     files = [f for f in tracked_files(root) if not left_out(f)]
     encoded, report = {}, []
     for rel in files:
@@ -151,11 +157,12 @@ def build(out, root=ROOT, force=False):
 def main(argv=None):
     p = argparse.ArgumentParser(description="Build a student copy of taco: the exercises' answers hidden, the rest runs.")
     p.add_argument("out", help="the folder to create")
-    p.add_argument("--force", action="store_true", help="replace the folder if it exists")
+    p.add_argument("--force", action="store_true", help="replace an earlier hand-out there")
     args = p.parse_args(argv)
-    if os.path.abspath(args.out).startswith(os.path.abspath(ROOT) + os.sep):
-        raise SystemExit(f"error: {args.out} is inside the repository; build the hand-out outside it")
-    files, report = build(args.out, force=args.force)
+    with cli.errors():
+        if folders.inside(args.out, ROOT):
+            raise cli.UsageError(f"{args.out} is inside the repository; build the hand-out outside it")
+        files, report = build(args.out, force=args.force)
     print(f"wrote {args.out}: {len(files)} files; " + "; ".join(report))
     print(f"check it: cd {args.out} && python exercises/smoke.py && python -m pytest exercises/ --student")
 

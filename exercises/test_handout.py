@@ -73,5 +73,6 @@ def test_the_copy_still_trains(copy, tmp_path):
 
 
 def test_refuses_to_overwrite(copy, capsys):
-    with pytest.raises(SystemExit, match="exists; pass --force"):
+    from engine.cli import UsageError
+    with pytest.raises(UsageError, match="holds an earlier output of handout.py; pass --force"):
         handout.build(str(copy))

@@ -112,7 +112,7 @@ def test_export_mistakes_are_one_line_exit_2(toy_runs, tmp_path, capsys):
     (broken / "model.safetensors").write_text("junk")
     for argv, message in (([str(tmp_path / "none"), str(tmp_path / "a")], "does not exist"),
                           ([str(broken), str(tmp_path / "a")], f"cannot load SOURCE {broken}: "),
-                          ([toy_runs["taco"], str(full)], "not empty and holds no export"),
+                          ([toy_runs["taco"], str(full)], "holds files that export.py did not write (notes.txt)"),
                           ([toy_runs["taco"], str(full / "notes.txt")], "is a file")):
         with pytest.raises(SystemExit) as exit:
             export.main(argv)
@@ -121,6 +121,9 @@ def test_export_mistakes_are_one_line_exit_2(toy_runs, tmp_path, capsys):
     assert (full / "notes.txt").read_text() == "mine"
     again = str(tmp_path / "again")
     export.main([toy_runs["taco"], again])
-    export.main([toy_runs["mlm"], again])  # an earlier export is replaced
+    with pytest.raises(SystemExit):  # an earlier export is replaced with --force only
+        export.main([toy_runs["mlm"], again])
+    assert "holds an earlier output of export.py; pass --force" in capsys.readouterr().err
+    export.main([toy_runs["mlm"], again, "--force"])
     assert "mlm run" in capsys.readouterr().out.splitlines()[-1]
     assert sorted(os.listdir(tmp_path)) == ["again", "broken", "full"]  # no temporary folder left behind

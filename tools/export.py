@@ -19,22 +19,25 @@ is left out, as the official code does. A run that never had a pooler (pre-train
 gets a freshly initialised one, as transformers would make, so that no weight is reported missing;
 an --init's pooler (a Hugging Face model's) is carried through the run and exported as it was.
 The key mapping is model.py's (`to_hf_state_dict`): this file only chooses and writes.
+
+OUT is written whole (engine/folders.py): a new or empty folder, or, with --force, an earlier export,
+never a folder that export.py did not write (a downloaded model), a run, the source or the repository.
 """
 import os
-import shutil
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import cli
-from engine import checkpoints
+from engine import checkpoints, cli, folders
 from model import BertForPreTraining, to_hf_state_dict
 from engine.hf import write_safetensors
 
 
-def export(spec, out, pooling=None, encoder_only=False):
-    """Write the HF folder `out` from a run, checkpoint or HF folder `spec` -> a summary line."""
+def export(spec, out, pooling=None, encoder_only=False, force=False):
+    """Write the HF folder `out` from a run, checkpoint or HF folder `spec` -> a summary line. An
+    earlier export there is replaced with `force` (folders.replacing: never the source, a run, ...)."""
+    folders.check(out, "export.py", force, {"SOURCE": spec})  # before any work
     source, run = checkpoints.trained_with(spec)
     init = checkpoints.load_init(spec, "SOURCE")  # the weights, RetroMAE's decoder included
     vocab = checkpoints.vocab_beside(source)
@@ -52,20 +55,14 @@ def export(spec, out, pooling=None, encoder_only=False):
     objective = (run or {}).get("objective")
     pooling = pooling or ("cls" if objective == "retromae" else "mean")
     lower = lowercase(source, run)
-    tmp = f"{out.rstrip(os.sep)}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    size = sum(t.numel() * t.element_size() for t in to_hf_state_dict(model).values())  # what a full disk lacks
+    with folders.replacing(out, "export.py", force, {"SOURCE": spec}, size) as tmp:
         model.save_pretrained(tmp, vocab_file=vocab, do_lower_case=lower)
         if encoder_only:  # a BertModel: its keys carry no "bert." prefix, and no MLM head
             sd = {k.removeprefix("bert."): v for k, v in to_hf_state_dict(model).items() if k.startswith("bert.")}
             write_safetensors(os.path.join(tmp, "model.safetensors"), sd)
             checkpoints.write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict("BertModel"))
         write_sentence_transformers(tmp, cfg, pooling, lower)
-        if os.path.isdir(out):
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     what = f"{objective} run" if objective else "Hugging Face model"
     notes = ["RetroMAE's decoder left out"] * any(k.startswith("decoder.") for k in init.state)
     notes += ["no pooler in the run: a freshly initialised one"] * fresh_pooler
@@ -104,20 +101,17 @@ def main(argv=None):
                            "transformers and sentence-transformers load.", formatter_class=cli.HelpFormatter)
     p.add_argument("source", help="a taco run folder (its newest valid checkpoint), a checkpoint file, or a "
                    "Hugging Face folder")
-    p.add_argument("out", help="the folder to write (replaced if it holds an export; see --force)")
+    p.add_argument("out", help="the folder to write: a new or empty one, or an earlier export (with --force)")
     p.add_argument("--pooling", choices=["mean", "cls"], default=None, help="sentence-transformers' pooling "
                    "(default: cls for a retromae run, whose objective trains [CLS]; else mean)")
     p.add_argument("--encoder_only", action="store_true", help="write a BertModel (encoder + pooler) without the "
                    "MLM head: AutoModel and SentenceTransformer load it without a report")
-    p.add_argument("--force", action="store_true", help="replace OUT even if it holds something else than an export")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in OUT (never a folder that "
+                   "export.py did not write, a run, the source or the repository)")
     with cli.errors():
         args = p.parse_args(argv)
         cli.output_path(args.out, "OUT", folder=True)
-        if os.path.isdir(args.out) and os.listdir(args.out) and not args.force and not os.path.isfile(
-                os.path.join(args.out, "modules.json")):
-            raise cli.UsageError(f"OUT {args.out} is not empty and holds no export; pass --force to replace it, "
-                                 f"or another folder")
-        print(export(args.source, args.out, args.pooling, args.encoder_only))
+        print(export(args.source, args.out, args.pooling, args.encoder_only, args.force))
 
 
 if __name__ == "__main__":
