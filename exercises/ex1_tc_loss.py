@@ -26,5 +26,9 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
        negatives are targets: detach them, only the anchor receives gradient.
     4. logits = cosines / temperature, positive first; cross-entropy with target 0 (Eq. 3-4).
     5. the mean over anchors: real tokens (in `positions`, if given) of sequences with >= 2 real tokens.
+       With no anchor at all (`--tc_positions masked` on a micro-batch where nothing is masked) return 0, not nan.
+    The edges training meets: tau as low as 0.01 (TaCL's: logits up to 100, beyond exp's float32 range) and
+    tokens whose g is exactly 0 (normalise with an epsilon, as F.normalize does).
+    Returns a 0-dim tensor that carries the gradient.
     """
     raise NotImplementedError
