@@ -195,7 +195,7 @@ def fill(folder, files, sha, with_results=False):
         shipped.append(rel)
     write(folder, "_hidden.py", hidden_module(encoded).encode("utf-8"))
     write(folder, "HANDOUT.md", (
-        f"# A student copy of taco\n\nBuilt by `exercises/handout.py` from commit {sha}"
+        f"# A student copy of taco\n\nBuilt from commit {sha} of taco by its hand-out script"
         + (" (with exercises 5-7's results)" if with_results else "") + ". Start with "
         "[exercises/README.md](exercises/README.md): set up with `pip install -r exercises/requirements.txt`, "
         "check with `python exercises/smoke.py`, then `python -m pytest exercises/ --student`.\n\n"
