@@ -39,7 +39,9 @@ def check_shapes(impl):
     real = padded([12, 9, 5], 12, left=(1,))
     pos = call(impl.sample_positives, real, 5, torch.Generator().manual_seed(0))
     neg = call(impl.sample_negatives, real, 7, torch.Generator().manual_seed(0))
-    for name, x, shape in (("sample_positives", pos, (3, 12)), ("sample_negatives", neg, (3, 12, 7))):
+    one = call(impl.sample_negatives, real, 1, torch.Generator().manual_seed(0))  # K = 1: still (B, T, K)
+    for name, x, shape in (("sample_positives", pos, (3, 12)), ("sample_negatives", neg, (3, 12, 7)),
+                           ("sample_negatives", one, (3, 12, 1))):
         expect(isinstance(x, torch.Tensor) and tuple(x.shape) == shape,
                f"{name} must return a tensor of shape {shape} (B, T{', K' if len(shape) == 3 else ''}); "
                f"got {getattr(x, 'shape', type(x).__name__)}")

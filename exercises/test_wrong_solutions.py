@@ -135,6 +135,7 @@ REJECTED = [
     (2, "negatives_global_random_state", ex2.check_generator_makes_it_reproducible, (), "draw every random number from `generator`"),
     (2, "negatives_include_padding", ex2.check_negatives_from_other_sequences_never_padding, (), "draw only real tokens"),
     (2, "negatives_shared_by_the_sequence", ex2.check_negatives_uniform_over_tokens, (), "draw them independently for each anchor"),
+    (2, "negatives_squeezed", ex2.check_shapes, (), "must return a tensor of shape (3, 12, 1)"),
     (2, "negatives_from_the_next_sequence", ex2.check_negatives_uniform_over_tokens, (),
      "every negative of sequence 3 comes from sequence 4 (the next one)"),
     (2, "positives_same_offsets_in_every_sequence", ex2.check_window_offsets_uniform, (),
@@ -150,6 +151,8 @@ REJECTED = [
     (3, "right_padding_assumed", ex3.check_matches_the_pairs, ("score_closed_form",), "sequence 1 is padded on the left"),
     (3, "brute_force_skips_same_position", ex3.check_matches_the_pairs, ("score_brute_force",),
      "every pair of real tokens of two different sequences counts"),
+    (3, "returns_tensors", ex3.check_returns_python_floats, ("score_closed_form",), "must return Python floats"),
+    (3, "closed_form_in_the_input_dtype", ex3.check_closed_form_in_bfloat16, (), "compute it in float64"),
     (3, "nan_for_a_lone_token", ex3.check_matches_the_pairs, ("score_closed_form",), "must not divide by zero"),
     # --- exercise 4: masking
     (4, "all_to_mask", ex4.check_80_10_10, (), "100.0% became [MASK], 0.0% a random token and 0.0% stayed the same: BERT uses 80% / 10% / 10%"),

@@ -248,3 +248,14 @@ def positives_same_offsets_in_every_sequence(real, window, generator=None):
     first = real.long().argmax(1, keepdim=True)
     pos = torch.where(ok, pos, torch.where(t == first, first + 1, first))
     return pos + T * torch.arange(B)[:, None]
+
+
+def negatives_squeezed(real, num_negatives, generator=None):
+    """Bug: .squeeze() on the result: with K = 1 the last dimension is gone, (B, T) instead of (B, T, 1)."""
+    B, T = real.shape
+    tokens = real.reshape(-1).nonzero().squeeze(1)
+    n = real.sum(1)[:, None, None]
+    start = n.cumsum(0) - n
+    k = (torch.rand(B, T, num_negatives, generator=generator) * (len(tokens) - n)).long()
+    k = k + n * (k >= start).long()
+    return tokens[k.clamp(max=len(tokens) - 1)].squeeze()  # BUG: squeeze() drops K = 1
