@@ -293,6 +293,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     with cli.errors():
         cli.output_path(args.out, "--out", folder=True)
+        if args.json:  # checked before ~10 CPU-minutes of runs, not after them
+            cli.output_path(args.json, "--json", folder=False)
         os.makedirs(args.out, exist_ok=True)
         if args.update_pages and args.steps:
             raise cli.UsageError("--update_pages writes the pages' tables: measure them with the miniature's own "
