@@ -124,8 +124,8 @@ def without_teachers_paragraphs(text):
     """A Markdown page without its measure.py markers and without the paragraphs that name what
     the hand-out leaves out (TEACHERS.md, solutions/, ...): a student's copy must not point at them."""
     text = re.sub(r"^<!-- /?measure\.py(:[\w-]+)? -->\n", "", text, flags=re.M)
-    kept = [p for p in re.split(r"\n{2,}", text) if not NAMES_LEFT_OUT.search(p)]
-    return "\n\n".join(kept).rstrip("\n") + "\n"
+    parts = re.split(r"(\n{2,})", text)  # paragraph, blank lines, paragraph, ...
+    return "".join(p + gap for p, gap in zip(parts[::2], parts[1::2] + [""]) if not NAMES_LEFT_OUT.search(p))
 
 
 def hide_bodies(source, module, names):
