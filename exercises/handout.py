@@ -7,7 +7,8 @@ but everything still runs (the training exercises 5-7, the walkthrough, taco.py 
 
 The copy is built from the COMMITTED files (git archive of HEAD, or of --commit), never from the
 working tree: a stub tried out in the lecturer's checkout stays out. It says which commit it was
-built from (on stdout and in HANDOUT.md). What the copy holds, and what it does not:
+built from (on stdout and in HANDOUT.md), and refuses a commit whose stubs (STUBS) are not empty.
+What the copy holds, and what it does not:
 - exercises/: the pages, the stubs, the checks (`pytest exercises/ --student`), the miniature,
   the walkthrough, requirements.txt, the smoke test and collect.py. Not: solutions/, correct/,
   wrong/, answers/ (the answer key and exercises 5-7's measured results: --with_results adds
@@ -57,6 +58,12 @@ LEFT_OUT = ("exercises/solutions/", "exercises/correct/", "exercises/wrong/", "e
             "exercises/TEACHERS.md", "exercises/handout.py", "exercises/measure.py",
             "exercises/test_wrong_solutions.py", "exercises/test_measure.py", "exercises/test_handout.py",
             "exercises/test_collect.py", "tests/", ".ci/", ".github/")
+STUBS = {  # the functions a student writes: in the hand-out each must still be `raise NotImplementedError`
+    "exercises/ex1_tc_loss.py": ("tc_loss",), "exercises/ex2_samplers.py": ("sample_positives", "sample_negatives"),
+    "exercises/ex3_contextual_score.py": ("score_brute_force", "score_closed_form"),
+    "exercises/ex4_masking.py": ("mask_tokens",), "exercises/ex6_mlm_vs_taco.py": ("first_step_reaching", "speedup"),
+    "exercises/ex7_embeddings.py": ("freeze_embeddings", "untie_embeddings"),
+}
 RESULTS = "exercises/answers/results/"  # what --with_results adds: exercises 5-7's tables and conclusions
 # A Markdown paragraph naming one of these is about what the copy leaves out: it is left out too.
 NAMES_LEFT_OUT = re.compile(r"TEACHERS\.md|solutions/|correct/|wrong/|answers/|ANSWERS\.md|handout\.py|measure\.py"
@@ -126,6 +133,21 @@ def without_teachers_paragraphs(text):
     text = re.sub(r"^<!-- /?measure\.py(:[\w-]+)? -->\n", "", text, flags=re.M)
     parts = re.split(r"(\n{2,})", text)  # paragraph, blank lines, paragraph, ...
     return "".join(p + gap for p, gap in zip(parts[::2], parts[1::2] + [""]) if not NAMES_LEFT_OUT.search(p))
+
+
+def check_stubs(files, sha):
+    """Refuse a commit whose stubs hold an answer (a body other than its docstring and
+    `raise NotImplementedError`): committed solutions would reach every student."""
+    for rel, names in STUBS.items():
+        tree = ast.parse(files[rel][0].decode("utf-8"))
+        bodies = {n.name: n.body for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for name in names:
+            body = [s for s in bodies.get(name, []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            empty = len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.dump(body[0])
+            if not empty:
+                raise UsageError(f"commit {sha[:12]}'s {rel} has {name} written (its body is not `raise "
+                                 f"NotImplementedError`): the hand-out would give the answer away; commit the empty "
+                                 f"stub again (git checkout <an earlier commit> -- {rel}), or pass --commit")
 
 
 def hide_bodies(source, module, names):
@@ -235,6 +257,7 @@ def build(out, root=ROOT, force=False, commit="HEAD", with_results=False):
     if not os.path.isdir(parent):
         raise UsageError(f"{out}: its folder {parent} does not exist")
     sha, files = committed_files(root, commit)
+    check_stubs(files, sha)
     built = tempfile.mkdtemp(prefix=".handout-", dir=parent)
     try:
         shipped, report = fill(built, files, sha, with_results)

@@ -101,6 +101,17 @@ def test_built_from_the_committed_files(tmp_path):
     assert r.returncode == 0 and f"from commit {head[:12]}" in r.stdout and "exercises/ex1_tc_loss.py" in r.stdout, r.stderr
 
 
+def test_refuses_a_commit_whose_stub_holds_a_solution(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", handout.ROOT, str(clone)], check=True)
+    shutil.copy(os.path.join(HERE, "correct", "ex6_mlm_vs_taco_loop.py"), clone / "exercises" / "ex6_mlm_vs_taco.py")
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-qam", "a solution committed by mistake"], check=True)
+    with pytest.raises(UsageError, match="ex6_mlm_vs_taco.py has first_step_reaching written"):
+        handout.build(str(tmp_path / "out"), root=str(clone))
+    assert not (tmp_path / "out").exists()
+
+
 def test_with_results_adds_exercises_5_to_7s_results_only(tmp_path):
     handout.build(str(tmp_path / "out"), with_results=True)
     results = tmp_path / "out" / "exercises" / "answers" / "results"
