@@ -14,7 +14,7 @@ What the copy holds, and what it does not:
   wrong/, answers/ (the answer key and exercises 5-7's measured results: --with_results adds
   the results, for after the predictions), TEACHERS.md, measure.py, this script, and the tests
   of the checks themselves. A paragraph of a Markdown page that names what is left out is left
-  out with it.
+  out with it, and so is a notebook's saved output that prints a hidden function.
 - The bodies of the functions in HIDDEN (the answers of exercises 1-4, 6 and 7 wherever the code
   holds them) become one line that calls the original, kept in `_hidden.py`, compressed and
   base85-encoded, so that nobody reads it by accident; a class in HIDDEN keeps its name and
@@ -28,6 +28,7 @@ import argparse
 import ast
 import base64
 import io
+import json
 import os
 import re
 import shutil
@@ -150,6 +151,19 @@ def check_stubs(files, sha):
                                  f"stub again (git checkout <an earlier commit> -- {rel}), or pass --commit")
 
 
+def without_hidden_outputs(data):
+    """A notebook (JSON) without the saved outputs that print a hidden function's source (e.g.
+    `inspect.getsource(taco.tc_loss)`): run in the hand-out, such a cell prints the hidden stub."""
+    names = "|".join(name for entries in HIDDEN.values() for name, _ in entries)
+    printed = re.compile(rf"^\s*(def|class) ({names})\b", re.M)
+    nb = json.loads(data)
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = [o for o in cell.get("outputs", []) if not printed.search(
+                "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")))]
+    return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def hide_bodies(source, module, names):
     """`source` with the body of each function in `names` replaced by a call of the hidden original
     (signature and docstring kept); a class keeps its name and docstring and inherits the hidden
@@ -213,6 +227,8 @@ def fill(folder, files, sha, with_results=False):
             report.append(f"{rel}: hidden {', '.join(hidden)}")
         elif rel.endswith(".md"):
             data = without_teachers_paragraphs(data.decode("utf-8")).encode("utf-8")
+        elif rel.endswith(".ipynb"):
+            data = without_hidden_outputs(data)
         write(folder, rel, data, mode)
         shipped.append(rel)
     write(folder, "_hidden.py", hidden_module(encoded).encode("utf-8"))
