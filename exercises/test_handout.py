@@ -222,3 +222,14 @@ def test_user_mistakes_are_one_line(tmp_path, case):
     args = [sys.executable, os.path.join(handout.ROOT, "exercises", "handout.py"), str(out)]
     r = subprocess.run(args + (["--force"] if case == "not a hand-out" else []), capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_a_folder_it_cannot_write_is_one_line(tmp_path, monkeypatch, capsys):
+    """A read-only parent folder (simulated: the tests may run as root, who writes anywhere)."""
+    def refuse(**kwargs):
+        raise PermissionError(13, "Permission denied", kwargs.get("dir"))
+    monkeypatch.setattr(handout.tempfile, "mkdtemp", refuse)
+    with pytest.raises(SystemExit) as stop:
+        handout.main([str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == f"error: Permission denied: {tmp_path}\n", err
