@@ -283,8 +283,8 @@ class Batches:
 
 def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
     """BERT's dynamic masking (Devlin et al. 2019, sec. 3.1): each non-special token is
-    chosen with probability p; of those 80% -> [MASK], 10% -> a random non-special token,
-    10% kept. Returns new int64 (inputs, labels), labels -100 where nothing is predicted.
+    chosen with probability p; of those 80% -> [MASK], 10% -> a random non-special token (taco's
+    choice, as TaCL's: BERT and Hugging Face draw it from the whole vocabulary), 10% kept. Returns new int64 (inputs, labels), labels -100 where nothing is predicted.
     Random numbers come only from `generator`, drawn on its device and then moved."""
     input_ids = input_ids.long()
     special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids, device=input_ids.device))

@@ -8,9 +8,13 @@
 Without --student every check runs on exercises/solutions/<exercise>.py and on each correct
 student-style solution in exercises/correct/<exercise>_*.py, so a check that rejects a right answer
 fails CI. A hand-out copy (exercises/handout.py) has neither folder: there only --student makes sense.
+
+With --student the output is short: no tracebacks, and at the end one line per exercise with its
+first failure's sentence (`--tb=short -rf` brings every failure's details back).
 """
 import importlib
 import os
+import re
 
 import pytest
 
@@ -52,3 +56,53 @@ def pytest_generate_tests(metafunc):
 def impl(request):
     """The module under test (see implementations)."""
     return importlib.import_module(request.param)
+
+
+# ----------------------------------------------------------------------------- a student's summary
+
+RESULTS = {}  # exercise -> {"passed": n, "failed": n, "first": the first failure's sentence}
+
+
+def pytest_configure(config):
+    if student_mode(config):  # the sentences say it all: no tracebacks, no list of failed ids (unless asked)
+        if config.option.tbstyle == "auto":
+            config.option.tbstyle = "no"
+        if config.option.reportchars == "fE":
+            config.option.reportchars = ""
+
+
+def sentence(excinfo):
+    """What a failure says to a student: a check's sentence, or the error and the student's line that raised it."""
+    from exercises._check import Mistake
+    if excinfo.errisinstance(Mistake):
+        return " ".join(str(excinfo.value).split())
+    text = f"{excinfo.typename}: {' '.join(str(excinfo.value).split())}"
+    own = [e for e in excinfo.traceback if re.search(r"exercises[/\\]ex\d_\w+\.py$", str(e.path))]
+    return text + (f" (raised in your {os.path.basename(str(own[-1].path))}, line {own[-1].lineno + 1})" if own else "")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if not student_mode(item.config) or report.when != "call" and not report.failed:
+        return
+    exercise = os.path.basename(str(item.path))[len("test_"):-len(".py")]
+    counts = RESULTS.setdefault(exercise, {"passed": 0, "failed": 0, "first": None})
+    if report.failed:
+        counts["failed"] += 1
+        if counts["first"] is None and call.excinfo is not None:
+            counts["first"] = sentence(call.excinfo)
+    elif report.passed:
+        counts["passed"] += 1
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not student_mode(config) or not RESULTS:
+        return
+    terminalreporter.section("your exercises")
+    for exercise, c in sorted(RESULTS.items()):
+        n = c["passed"] + c["failed"]
+        terminalreporter.write_line(f"{exercise}: all {n} checks pass" if not c["failed"] else
+                                    f"{exercise}: {c['passed']} of {n} checks pass; first: {c['first']}")
+    if any(c["failed"] for c in RESULTS.values()):
+        terminalreporter.write_line("(every failure in full: add --tb=short -rf)")

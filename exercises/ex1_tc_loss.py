@@ -1,4 +1,4 @@
-"""Exercise 1: the token-alignment contrastive (TC) loss, the paper's Eq. 3-4 (page: ex1_tc_loss.md).
+"""Exercise 1: the token-alignment contrastive (TC) loss, the paper's Eq. 4 over g of Eq. 3 (page: ex1_tc_loss.md).
 
 Check your solution:  python -m pytest exercises/test_ex1_tc_loss.py --student
 """
@@ -24,7 +24,11 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
        and its gradients token by token with your positives and negatives.)
     3. cosine of each anchor with its positive and its K negatives; the positive and the
        negatives are targets: detach them, only the anchor receives gradient.
-    4. logits = cosines / temperature, positive first; cross-entropy with target 0 (Eq. 3-4).
+    4. logits = cosines / temperature, positive first; cross-entropy with target 0 (Eq. 4).
     5. the mean over anchors: real tokens (in `positions`, if given) of sequences with >= 2 real tokens.
+       With no anchor at all (`--tc_positions masked` on a micro-batch where nothing is masked) return 0, not nan.
+    The edges training meets: tau as low as 0.01 (TaCL's: logits up to 100, beyond exp's float32 range) and
+    tokens whose g is exactly 0 (normalise with an epsilon, as F.normalize does).
+    Returns a 0-dim tensor that carries the gradient.
     """
     raise NotImplementedError

@@ -3,6 +3,7 @@ then in closed form (page: ex3_contextual_score.md).
 
 Check your solution:  python -m pytest exercises/test_ex3_contextual_score.py --student
 Both functions return {"intra": ..., "inter": ..., "score": intra - inter} as Python floats.
+h may be bfloat16 (a model run under autocast): compute in float64 (h.double()).
 """
 import torch
 import torch.nn.functional as F

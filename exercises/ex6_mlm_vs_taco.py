@@ -46,6 +46,8 @@ def main(argv=None, functions=None):
     fns = functions or sys.modules[__name__]
     results = {}
     with cli.errors():
+        if args.json:  # checked before the runs, not after them
+            cli.output_path(args.json, "--json", folder=False)
         variants = {"mlm": ["--objective", "mlm"], "taco": []}
         done = pretrain_all(args.out, [(flags, args.seed) for flags in variants.values()], args.steps, args.jobs)
         for name, (run_dir, r) in zip(variants, done):
@@ -72,6 +74,9 @@ def main(argv=None, functions=None):
                   + ("not reached" if s is None else f"{s:.2f}x"))
     except NotImplementedError:
         print("(write first_step_reaching and speedup to see the speed-ups)")
+    except (TypeError, ValueError, ZeroDivisionError) as err:  # the student's functions: a sentence, not a traceback
+        print(f"(your first_step_reaching / speedup failed on these curves: {type(err).__name__}: {err}; the checks "
+              f"say why: python -m pytest exercises/test_ex6_mlm_vs_taco.py --student)")
     try:
         from tools import pictures
         run_dirs = [r["run"] for r in results.values()]
@@ -81,7 +86,8 @@ def main(argv=None, functions=None):
     except cli.UsageError as err:
         print(f"note: no pictures ({err})")
     if args.json:
-        checkpoints.write_json(args.json, results)
+        with cli.errors():
+            checkpoints.write_json(args.json, results)
     return results
 
 

@@ -52,6 +52,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     results = {}
     with cli.errors():
+        if args.json:  # checked before the runs, not after them
+            cli.output_path(args.json, "--json", folder=False)
         names = choose(args.variants, VARIANTS, "variant")
         done = pretrain_all(args.out, [(VARIANTS[name], args.seed) for name in names], args.steps, args.jobs)
         print("| variant | ctx score | held-out MLM loss | wordsim ρ | fine-tuned | pre-training s |\n|---|---|---|---|---|---|")
@@ -62,8 +64,8 @@ def main(argv=None):
             x = results[name]
             print(f"| {name} | {x['ctx']:.3f} | {x['eval_mlm_loss']:.3f} | {x['wordsim']:.3f} | "
                   f"{'–' if ft is None else f'{100 * ft:.1f}'} | {x['wall_s']:.0f} |", flush=True)
-    if args.json:
-        checkpoints.write_json(args.json, results)
+        if args.json:
+            checkpoints.write_json(args.json, results)
     return results
 
 

@@ -11,9 +11,9 @@ seconds (this process and its workers). Exercise 6 is timed from scratch in a fo
 runs must equal exercise 5's baseline and MLM runs to the last digit (printed: one thread makes a run
 reproducible). It prints the commit, thread count, cores and load, every table in the pages' layout,
 and checks the claims the pages make in words (e.g. "K=4 lowers the contextual score in every seed").
-With --update_pages the tables go into ex5_ablations.md, ex6_mlm_vs_taco.md, ex7_embeddings.md and
-TEACHERS.md between `<!-- measure.py:NAME -->` and `<!-- /measure.py -->`; the words around them are
-the authors' (a claim marked ✗ means they need rewriting). Drivers' own output: OUT/log.txt.
+With --update_pages the tables go into the pages ex5-7 (the times), their results pages
+answers/results/ex5_ablations.md ... (the tables and the conclusions) and TEACHERS.md between
+`<!-- measure.py:NAME -->` and `<!-- /measure.py -->`; the words around them are the authors' (a claim marked ✗ means they need rewriting). Drivers' own output: OUT/log.txt.
 """
 import argparse
 import contextlib
@@ -31,8 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-PAGES = {name: os.path.join(ROOT, "exercises", name) for name in
-         ("ex5_ablations.md", "ex6_mlm_vs_taco.md", "ex7_embeddings.md", "TEACHERS.md")}
+PAGES = {name: os.path.join(ROOT, "exercises", name) for name in  # the results: after the predictions (answers/)
+         ("ex5_ablations.md", "ex6_mlm_vs_taco.md", "ex7_embeddings.md", "answers/results/ex5_ablations.md",
+          "answers/results/ex6_mlm_vs_taco.md", "answers/results/ex7_embeddings.md", "TEACHERS.md")}
 LABEL5 = {"baseline": "baseline (W=5, K=50, τ=0.07, λ=1)", "W=15": "W=15", "K=4": "K=4", "tau=0.5": "τ=0.5",
           "lambda=0.1": "λ=0.1", "lambda=0 (MLM)": "λ=0 (MLM)"}
 
@@ -254,15 +255,19 @@ def update_pages(t):
 
 def from_json(path, update):
     """The tables and claims of an earlier measurement (its --json file)."""
-    from engine import checkpoints
+    from engine import checkpoints, cli
     saved = checkpoints.read_json(path)
-    r = {k: ({int(s): v for s, v in x.items()} if k.startswith("ex") else x) for k, x in saved["results"].items()}
-    for seed in r["ex6"]:  # JSON made the curves' (step, value) pairs lists
-        for name in r["ex6"][seed].values():
-            for key in ("ctx_curve", "mlm_curve"):
-                name[key] = [tuple(p) for p in name[key]]
-    seeds = sorted(r["ex5"])
-    t = tables(r, seeds, saved["machine"])
+    try:
+        r = {k: ({int(s): v for s, v in x.items()} if k.startswith("ex") else x) for k, x in saved["results"].items()}
+        for seed in r["ex6"]:  # JSON made the curves' (step, value) pairs lists
+            for name in r["ex6"][seed].values():
+                for key in ("ctx_curve", "mlm_curve"):
+                    name[key] = [tuple(p) for p in name[key]]
+        seeds = sorted(r["ex5"])
+        t = tables(r, seeds, saved["machine"])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise cli.UsageError(f"{path} is not a file that `measure.py --json` wrote (no {err} where its results "
+                             f"should be); pass one of those to --tables_from") from None
     for name, text in t.items():
         print(f"<!-- measure.py:{name} -->\n{text}\n<!-- /measure.py -->\n")
     print("The pages' claims:\n" + "\n".join(check_claims(r, seeds)))
@@ -288,6 +293,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     with cli.errors():
         cli.output_path(args.out, "--out", folder=True)
+        if args.json:  # checked before ~10 CPU-minutes of runs, not after them
+            cli.output_path(args.json, "--json", folder=False)
         os.makedirs(args.out, exist_ok=True)
         if args.update_pages and args.steps:
             raise cli.UsageError("--update_pages writes the pages' tables: measure them with the miniature's own "

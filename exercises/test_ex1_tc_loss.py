@@ -47,11 +47,21 @@ def describe(value, expected, K, tau, n_anchors, scale):
                (expected * n_anchors, f"the loss is summed over the {n_anchors} anchors: take the mean"),
                (math.log(K) - 1 / tau, "the positive is missing from the softmax's denominator (it sums over the "
                 "positive and the K negatives)"),
+               (math.log1p(K * math.exp(-1 / tau ** 2)), "the temperature is applied twice (cos / tau / tau, or "
+                "tau divided into both the cosines and the logits): divide the cosines by tau once"),
+               (-expected, "the whole loss is negated (a flipped sign: -cross_entropy, or log p instead of -log p): the "
+                "loss is -log of the positive's softmax probability, always >= 0"),
                (math.log(K + 1), "every logit is equal: do the cosines see g = h - e, positive at index 0?")]
     for guess, why in guesses:
         if abs(value - guess) < 1e-3 * max(1.0, abs(guess)):
             return f" Your value is what you get when {why}."
     return ""
+
+
+def below_zero(value):
+    """The hint for a loss below 0, which -log of a probability never is."""
+    return (" A loss below 0 is impossible for -log of a probability: the sign is flipped (the loss must be "
+            "-log softmax at the positive)" if value < -1e-6 else "")
 
 
 def check_returns_a_scalar(impl):
@@ -79,8 +89,10 @@ def check_collapsed_gives_log_k_plus_1(impl):
                (math.log(K), "log(K): the positive is missing from the softmax's denominator, which sums over the "
                              "positive and the K negatives"),
                (math.log1p(K * math.exp(1 - 1 / 0.07)), "what you get when tau divides only the positive's cosine: "
-                                                         "divide every logit by tau")]
-    hint = next((f" (Your value is {why}.)" for guess, why in guesses if abs(loss - guess) < 1e-3 * max(1, guess)), "")
+                                                         "divide every logit by tau"),
+               (-expected, "minus the right value: the loss is negated (a flipped sign: -cross_entropy, or log p "
+                           "instead of -log p); the loss is -log of the positive's probability, always >= 0")]
+    hint = next((f" (Your value is {why}.)" for guess, why in guesses if abs(loss - guess) < 1e-3 * max(1, abs(guess))), "")
     expect(abs(loss - expected) < 1e-4,
            f"every token here has the same global part g = h - e (while e differs from token to token), so "
            f"every cosine is 1 and the loss must be log(K + 1) = {expected:.4f} for K = {K}; yours is {loss:.4f}. "
@@ -129,10 +141,14 @@ def check_positions_restrict_the_anchors(impl):
                                 (others, math.log1p(K * math.exp(-1 / tau)), "the tokens of sequences 1-3")):
         loss, everywhere = (call(impl.tc_loss, h, e, window=3, num_negatives=K, temperature=tau, positions=where,
                                  generator=torch.Generator().manual_seed(0)).item() for where in (pos, None))
+        own = math.log1p(K * math.exp(-1 / tau))  # what an anchor compared with itself as its positive gets
         expect(abs(loss - expected) < 1e-4,
                f"with `positions` selecting {what} only, the loss is the mean over those anchors, {expected:.4f} "
                f"here; yours is {loss:.4f}."
-               + (" It is the same as without `positions`: is `positions` ignored?" if abs(loss - everywhere) < 1e-6
+               + (" That is the loss of anchors whose positive has cosine 1, but every neighbour of these tokens is "
+                  "orthogonal to them: is each anchor its own positive (z instead of z[pos], or the positive "
+                  "gathered with the anchor's index)?" if what.startswith("the inner") and abs(loss - own) < 1e-4
+                  else " It is the same as without `positions`: is `positions` ignored?" if abs(loss - everywhere) < 1e-6
                   else " Is `positions` combined with the real tokens wrongly, or is the value wrong already "
                        "without it (see the closed-form checks)?"))
 
@@ -197,6 +213,72 @@ def check_generator_makes_it_reproducible(impl):
                    f"draw every random number from `generator` (pass it to both samplers)")
 
 
+# ----------------------------------------------------------------------------- the edges of what training meets
+
+def check_no_anchor_gives_zero(impl):
+    """`--tc_positions masked` on a micro-batch where nothing is masked: no token is an anchor. The
+    mean over zero anchors must be 0 (and its gradient 0), not 0 / 0 = nan, which would end the run."""
+    h, e, _ = orthogonal_states()
+    for positions, what in ((torch.zeros(4, 16, dtype=torch.bool), "`positions` all False (as `--tc_positions "
+                             "masked` gives on a micro-batch where nothing was masked)"),
+                            (None, "every sequence a single real token (attention_mask keeps one token per sequence)")):
+        mask = None if positions is not None else padding_mask([1, 1, 1, 1], 16)
+        h_ = h.clone().requires_grad_(True)
+        loss = call(impl.tc_loss, h_, e, attention_mask=mask, num_negatives=5, positions=positions,
+                    generator=torch.Generator().manual_seed(0))
+        value = loss.item()
+        expect(value == 0.0, f"with no anchor at all ({what}) your loss is {value}: a mean over zero anchors divides "
+                             f"0 by 0{' (torch.stack of an empty list fails, .mean() of nothing is nan)' if value != value else ''}"
+                             f"; return 0 there (divide the sum by the number of anchors clamped to >= 1)")
+        if loss.requires_grad:
+            loss.backward()
+            expect(h_.grad is None or bool(torch.isfinite(h_.grad).all()),
+                   f"with no anchor at all ({what}) the loss is 0 but its gradient is not finite: divide by the "
+                   f"number of anchors clamped to >= 1, so that the gradient is 0 too")
+
+
+def check_low_temperature_does_not_overflow(impl):
+    """TaCL's tau = 0.01 with cosines near 1: the logits reach 100 and exp(100) is beyond float32
+    (3.4e38). A softmax written as exp / sum(exp) overflows; logsumexp (or F.cross_entropy)
+    subtracts the largest logit first."""
+    K, tau = 10, 0.01
+    e = 5 * torch.randn(4, 16, 8, generator=torch.Generator().manual_seed(1))
+    collapsed = (e + torch.randn(8, generator=torch.Generator().manual_seed(2)), e)  # every g the same
+    for (h, e), expected, what in ((collapsed, math.log(K + 1), "every cosine is 1"),
+                                   (orthogonal_states()[:2], math.log1p(K * math.exp(-1 / tau)),
+                                    "positives have cosine 1, negatives 0")):
+        loss = call(impl.tc_loss, h, e, num_negatives=K, temperature=tau,
+                    generator=torch.Generator().manual_seed(0)).item()
+        expect(math.isfinite(loss) and abs(loss - expected) < 1e-3,
+               f"at tau = {tau} (TaCL's temperature; TACO's is 0.07) where {what}, the loss must be {expected:.4f}; "
+               f"yours is {loss}." + (" The logits reach 1 / tau = 100 and exp(100) overflows float32: do not "
+                                      "write exp(s) / sum(exp(s)); use torch.logsumexp or F.cross_entropy (they "
+                                      "subtract the largest logit first)" if not math.isfinite(loss) else
+                                      describe(loss, expected, K, tau, 64, 3.0) or below_zero(loss)))
+
+
+def check_zero_global_part(impl):
+    """A token whose global part is exactly 0 (h = e: an untrained model's padding-free block can
+    have them, and fp16 rounds small g to 0): its cosines are 0, as F.normalize's epsilon makes them.
+    Dividing by |g| without an epsilon gives 0 / 0 = nan, in the loss or in its gradient."""
+    h, e, mask, positions = loop_inputs()
+    h[0, 2], h[3, :] = e[0, 2], e[3, :]  # one token, and a whole sequence, with g = 0 exactly
+    loss, h_, e_, pos, neg = student_loss_and_draws(impl, h, e, mask, None, 3, 0.5, grad=True)
+    value = loss.item()
+    expect(math.isfinite(value), f"where some tokens' global part g = h - e is exactly 0 your loss is {value}: "
+                                 f"g / |g| is 0 / 0 there. Normalise with an epsilon: F.normalize(g, dim=-1) (it "
+                                 f"divides by max(|g|, 1e-12)), so that a cosine with g = 0 is 0")
+    expected = eq34_by_loop(h, e, mask.bool(), None, pos, neg, 0.5)[0]
+    expect(abs(value - expected) < 1e-4 * max(1, expected),
+           f"where some tokens' global part g = h - e is exactly 0 your loss is {value:.5f}, but Eq. 3-4 with a cosine "
+           f"of 0 for those tokens (as F.normalize gives) is {expected:.5f}" + below_zero(value))
+    if loss.requires_grad:
+        loss.backward()
+        expect(all(x.grad is None or bool(torch.isfinite(x.grad).all()) for x in (h_, e_)),
+               "where some tokens' global part g = h - e is exactly 0 your loss is finite but its gradient is not: "
+               "|g| is differentiated at 0; normalise with F.normalize(g, dim=-1), whose epsilon keeps it finite")
+
+
 # ----------------------------------------------------------------------------- Eq. 3-4 as a loop over anchors
 
 @contextlib.contextmanager
@@ -235,7 +317,7 @@ def eq34_by_loop(h, e, real, positions, pos, neg, tau, variant=None):
 
     def cos(i, j):  # cos(g_i, g_j), the anchor i on the graph, j a (detached) target
         norm_i = g[i].norm().detach() if variant == "norm detached" else g[i].norm()
-        return g[i] @ targets[j] / (norm_i * targets[j].norm())
+        return g[i] @ targets[j] / (norm_i * targets[j].norm()).clamp(min=1e-12)  # g = 0: cosine 0, as F.normalize
 
     terms = []
     for b in range(B):
@@ -336,6 +418,19 @@ def check_value_matches_eq34_token_by_token(impl):
             ("summed", "the loss is summed over anchors: take the mean"))
             if abs(loss - eq34_by_loop(h, e, mask.bool(), where, pos, neg, tau, variant)[0]) < 1e-4 * max(1, expected)),
             "")
+        if not hint and abs(loss - eq34_by_loop(h, e, mask.bool(), where, pos, neg, tau * tau)[0]) < 1e-4 * max(1, expected):
+            hint = (f" Your value is Eq. 3-4 at tau = {tau * tau:g} = {tau}^2: the temperature is applied twice "
+                    f"(cos / tau / tau); divide once")
+        own = (torch.arange(h.shape[0])[:, None] * h.shape[1] + torch.arange(h.shape[1])).expand_as(pos)
+        if not hint and abs(loss - eq34_by_loop(h, e, mask.bool(), where, own, neg, tau)[0]) < 1e-4 * max(1, expected):
+            hint = (" Your value is what you get when each anchor is its own positive (cosine 1 with itself): "
+                    "gather the positive with the index sample_positives drew, z[pos], not the anchor's own")
+        if not hint and abs(loss - eq34_by_loop(h, e, mask.bool(), where, pos, neg, -tau)[0]) < 1e-4 * max(1, expected):
+            hint = (" Your value is what you get when the similarities enter the softmax with a minus sign: the sign "
+                    "is flipped; the loss must be low when the anchor is close to its positive")
+        if not hint and abs(loss + expected) < 1e-4 * max(1, expected):
+            hint = (" Your value is minus Eq. 3-4's: the loss is negated (a flipped sign); it is -log of the "
+                    "positive's softmax probability, always >= 0")
         expect(False, f"on random states (sequence 1 padded on the left, sequence 2 with a single real token"
                       f"{', `positions` given' if where is not None else ''}) your loss is {loss:.5f}, but Eq. 3-4 "
                       f"written as a loop over anchors gives {expected:.5f} with the same positives and negatives."
@@ -419,3 +514,15 @@ def test_value_matches_eq34_token_by_token(impl):
 
 def test_gradient_matches_eq34_token_by_token(impl):
     check_gradient_matches_eq34_token_by_token(impl)
+
+
+def test_no_anchor_gives_zero(impl):
+    check_no_anchor_gives_zero(impl)
+
+
+def test_low_temperature_does_not_overflow(impl):
+    check_low_temperature_does_not_overflow(impl)
+
+
+def test_zero_global_part(impl):
+    check_zero_global_part(impl)

@@ -39,7 +39,9 @@ def check_shapes(impl):
     real = padded([12, 9, 5], 12, left=(1,))
     pos = call(impl.sample_positives, real, 5, torch.Generator().manual_seed(0))
     neg = call(impl.sample_negatives, real, 7, torch.Generator().manual_seed(0))
-    for name, x, shape in (("sample_positives", pos, (3, 12)), ("sample_negatives", neg, (3, 12, 7))):
+    one = call(impl.sample_negatives, real, 1, torch.Generator().manual_seed(0))  # K = 1: still (B, T, K)
+    for name, x, shape in (("sample_positives", pos, (3, 12)), ("sample_negatives", neg, (3, 12, 7)),
+                           ("sample_negatives", one, (3, 12, 1))):
         expect(isinstance(x, torch.Tensor) and tuple(x.shape) == shape,
                f"{name} must return a tensor of shape {shape} (B, T{', K' if len(shape) == 3 else ''}); "
                f"got {getattr(x, 'shape', type(x).__name__)}")
@@ -93,11 +95,14 @@ def check_window_offsets_uniform(impl, window=5):
     missing = [d for d, c in zip(slots, counts.tolist()) if c == 0]
     expect(not missing, f"with W={window} the offsets {slots} should be equally likely, but {missing} never "
                         f"occurred (counts {counts.tolist()}): draw on both sides of the anchor, from 1 to W//2")
+    agree = (inner == inner[:1]).double().mean().item()  # same offset as sequence 0 at the same position: 1 / (2w)
+    expect(agree < 1 / (2 * w) + 0.1, f"{100 * agree:.0f}% of the tokens got the same offset as the token at the same "
+                                      f"position of sequence 0 (independent draws agree {100 / (2 * w):.0f}% of the "
+                                      f"time): draw one offset per token of every sequence, shape (B, T), not one "
+                                      f"per position shared by the batch")
     ok, stat = chi2_ok(counts, torch.full((len(slots),), len(offset) / len(slots)))
     expect(ok, f"with W={window} the offsets {slots} should be equally likely; one call gave counts "
                f"{counts.tolist()} (chi-square {stat:.0f})")
-
-
 def check_negatives_from_other_sequences_never_padding(impl):
     """Every negative of every real anchor, over three seeds: from another sequence, a real token."""
     lengths, T, left = [16, 11, 6, 3, 1], 16, (1, 3)
@@ -125,11 +130,17 @@ def check_negatives_uniform_over_tokens(impl):
     neg = call(impl.sample_negatives, real, K, torch.Generator().manual_seed(3))
     b = 3  # anchors of a short sequence: their negatives come from 57 tokens of 4 sequences
     mine = neg[b][real[b]]  # (4, K)
-    expect(not bool((mine == mine[:1]).all()), f"every token of sequence {b} drew the same {K} negatives: draw "
-                                               f"them independently for each anchor")
     draws = mine.flatten()
     others = [c for c in range(len(lengths)) if c != b]
     n_other = sum(lengths[c] for c in others)
+    sources = sorted(set((draws // T).tolist()))
+    expect(len(sources) > 1 or sources[0] not in others,
+           f"every negative of sequence {b} comes from sequence {sources[0]}"
+           + (" (the next one)" if sources[0] == (b + 1) % len(lengths) else "")
+           + f": negatives come from all the other sequences of the batch ({others}), each real token of them "
+             f"equally likely")
+    expect(not bool((mine == mine[:1]).all()), f"every token of sequence {b} drew the same {K} negatives: draw "
+                                               f"them independently for each anchor")
     tokens = torch.cat([c * T + real[c].nonzero().flatten() for c in others])
     counts = torch.stack([(draws == i).sum() for i in tokens])
     never = tokens[counts == 0].tolist()  # each is expected ~35 times: never drawn means never drawable

@@ -128,6 +128,40 @@ def check_closed_form_at_scale(impl):
     expect(close(got, want, 1e-4), f"score_closed_form on 8 x 64 tokens: expected {want}, got {got}")
 
 
+def check_returns_python_floats(impl, name):
+    """The stub asks for Python floats: the probe logs them as JSON, and a tensor is not JSON."""
+    h, real = small_batch(0)
+    got = call(getattr(impl, name), h, real)
+    expect(isinstance(got, dict) and {"intra", "inter", "score"} <= got.keys(),
+           f"{name} must return a dict with intra, inter and score, got {got!r}")
+    wrong = {k: type(got[k]).__name__ for k in ("intra", "inter", "score") if not isinstance(got[k], float)}
+    expect(not wrong, f"{name} must return Python floats (the training log writes them as JSON); yours are {wrong}: "
+                      f"call .item() on a 0-dim tensor, or float(...)")
+
+
+def check_closed_form_in_bfloat16(impl):
+    """Under autocast the model's states are bfloat16 (3 significant digits). |sum z|^2 - n subtracts
+    two large numbers, so the closed form must be computed in float64 (or float32), not in bf16."""
+    gen = torch.Generator().manual_seed(5)
+    h = (torch.randn(8, 64, 16, generator=gen) + 0.5 * torch.randn(8, 1, 16, generator=gen)).bfloat16()
+    real = torch.arange(64)[None, :] < torch.randint(2, 65, (8, 1), generator=gen)
+    got, want = call(impl.score_closed_form, h, real), by_matrix(h.float(), real)
+    expect(close(got, want, 1e-4),
+           f"score_closed_form on bfloat16 states (what the model gives under autocast, 8 x 64 tokens): expected "
+           f"intra {want['intra']:.5f}, inter {want['inter']:.5f}; yours intra {float(got['intra']):.5f}, inter "
+           f"{float(got['inter']):.5f}. The closed form subtracts two large numbers (|sum z|^2 - n): compute it in "
+           f"float64, h.double() (bf16 keeps 3 significant digits)")
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_returns_python_floats(impl, name):
+    check_returns_python_floats(impl, name)
+
+
+def test_closed_form_in_bfloat16(impl):
+    check_closed_form_in_bfloat16(impl)
+
+
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_known_values(impl, name):
     check_known_values(impl, name)

@@ -44,11 +44,37 @@ def near(p_hat, p, n):
 
 def masked(impl, p=0.15, seed=0, tok=TOK):
     ids = batch(tok)
-    inputs, labels = call(impl.mask_tokens, ids, tok, p, torch.Generator().manual_seed(seed))
+    out = call(impl.mask_tokens, ids, tok, p, torch.Generator().manual_seed(seed))
+    expect(isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, torch.Tensor) for x in out),
+           f"mask_tokens must return a pair of tensors (inputs, labels); got {type(out).__name__}"
+           + (f" of {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    inputs, labels = out
     expect(inputs.shape == ids.shape and labels.shape == ids.shape,
            f"inputs and labels must have the shape of input_ids {tuple(ids.shape)}, got {tuple(inputs.shape)}, "
            f"{tuple(labels.shape)}")
     return ids, inputs, labels
+
+
+def check_returns_int64(impl):
+    """The data loader may hand over any integer dtype; the embedding and the cross-entropy need int64."""
+    ids = batch(B=8, T=64).int()  # int32 input_ids
+    inputs, labels = call(impl.mask_tokens, ids, TOK, 0.15, torch.Generator().manual_seed(0))
+    expect(inputs.dtype == torch.int64 and labels.dtype == torch.int64,
+           f"given int32 input_ids, mask_tokens returned inputs of {inputs.dtype} and labels of {labels.dtype}: "
+           f"return int64 tensors (F.cross_entropy needs int64 labels): start from input_ids.long()")
+
+
+def check_chosen_independently_in_each_sequence(impl):
+    """Each token is chosen by its own draw: two sequences agree at a position only by chance (p^2)."""
+    ids, _, labels = masked(impl)
+    chosen, normal = labels != -100, ~torch.isin(ids, torch.tensor(TOK.special_ids))
+    both = normal[1:] & normal[:-1]  # positions where two neighbouring sequences both hold words
+    n = int(both.sum())
+    rate = (chosen[1:] & chosen[:-1])[both].double().mean().item()
+    expect(near(rate, 0.15 ** 2, n),
+           f"two sequences chose the same position in {100 * rate:.1f}% of the positions where both hold words; "
+           f"independent draws do so in {100 * 0.15 ** 2:.2f}% (p^2): draw one random number per token, shape "
+           f"(B, T), not one per position shared by the batch")
 
 
 def check_labels_and_untouched_tokens(impl):
@@ -155,3 +181,11 @@ def test_random_replacements(impl):
 
 def test_dynamic(impl):
     check_dynamic(impl)
+
+
+def test_returns_int64(impl):
+    check_returns_int64(impl)
+
+
+def test_chosen_independently_in_each_sequence(impl):
+    check_chosen_independently_in_each_sequence(impl)

@@ -1,6 +1,8 @@
 """Checks of exercise 6 (reading speed-ups off curves) on hand-made curves, and a short run of the miniature."""
 
-from exercises._check import call, expect
+import numbers
+
+from exercises._check import Mistake, call, expect
 
 EXERCISE = "ex6_mlm_vs_taco"
 RISING = [(100, 0.1), (200, 0.3), (300, 0.3), (400, 0.5)]
@@ -42,8 +44,22 @@ def check_speedup(impl):
          "the target is the baseline's *final* value, 0.25 (not its best, 0.4); the baseline first reaches 0.25 at "
          "step 200, the other at 100: speed-up 2"),
     )
+    step = call(impl.first_step_reaching, RISING, 0.3, True)
+    expect(step is None or isinstance(step, numbers.Real) and not isinstance(step, bool),
+           f"first_step_reaching({RISING}, 0.3) returned {step!r}, a {type(step).__name__}: it must return a step (a "
+           f"number, 200 here) or None, since speedup divides two of them")
     for baseline, other, better, want, why in cases:
-        got = call(impl.speedup, baseline, other, better)
+        try:
+            got = call(impl.speedup, baseline, other, better)
+        except (TypeError, ZeroDivisionError) as err:
+            steps = [impl.first_step_reaching(c, baseline[-1][1], better) for c in (baseline, other)]
+            raise Mistake(f"speedup({baseline}, {other}, higher_is_better={better}) failed in your code with "
+                          f"{type(err).__name__}: {err}. For these curves first_step_reaching returns {steps[0]!r} "
+                          f"(the baseline) and {steps[1]!r} (the other): speedup is the ratio of two steps, or None "
+                          f"when the other never reaches the target (test for None before dividing)") from None
+        expect(got is None or isinstance(got, numbers.Real) and not isinstance(got, bool),
+               f"speedup({baseline}, {other}, higher_is_better={better}) returned {got!r}, a {type(got).__name__}: "
+               f"return the ratio as a number (or None), not text or a pair; printing is the caller's job")
         right = got is None if want is None else got is not None and abs(got - want) < 1e-9
         expect(right, f"speedup({baseline}, {other}, higher_is_better={better}) should be "
                       f"{want if want is None or want == int(want) else round(want, 4)}: {why}; got {got}")

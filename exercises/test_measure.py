@@ -25,3 +25,22 @@ def test_measure_tables_from_results(tmp_path, monkeypatch):
     assert "| K=4 | 0.150" in text and "old" not in text and "kept" in text and "Per seed (0 / 1)" in text
     assert "PRELIMINARY" in text  # 2 seeds: not the final tables
     assert text.count("<!-- /measure.py -->") == 3 and measure.update_pages(t) == []  # the same again: no change
+
+
+def test_measure_mistakes_are_one_line(tmp_path):
+    """A JSON that is not measure.py's, a folder as --json, a file as --out: one line, exit 2, before any run."""
+    import subprocess
+    import sys
+    from exercises import measure
+    (tmp_path / "other.json").write_text('{"results": {"ex5": {"0": 3}}}')
+    (tmp_path / "a_file").write_text("x")
+    for args in (["--tables_from", str(tmp_path / "other.json"), "--out", str(tmp_path / "m")],
+                 ["--tables_from", str(tmp_path / "missing.json"), "--out", str(tmp_path / "m")],
+                 ["--json", str(tmp_path), "--out", str(tmp_path / "m")],
+                 ["--out", str(tmp_path / "a_file")]):
+        r = subprocess.run([sys.executable, "exercises/measure.py", *args], capture_output=True, text=True,
+                           cwd=measure.ROOT, timeout=120)
+        assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, (args, r.stderr)
+    assert "is not a file that `measure.py --json` wrote" in subprocess.run(
+        [sys.executable, "exercises/measure.py", "--tables_from", str(tmp_path / "other.json"), "--out",
+         str(tmp_path / "m")], capture_output=True, text=True, cwd=measure.ROOT).stderr

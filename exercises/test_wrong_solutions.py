@@ -96,6 +96,17 @@ REJECTED = [
      "the positive is missing from the softmax's denominator"),
     (1, "positive_not_in_the_denominator", ex1.check_orthogonal_closed_form, (),
      "the positive is missing from the softmax's denominator"),
+    (1, "nan_without_anchors", ex1.check_no_anchor_gives_zero, (), "a mean over zero anchors divides 0 by 0"),
+    (1, "softmax_without_the_max", ex1.check_low_temperature_does_not_overflow, (), "exp(100) overflows float32"),
+    (1, "normalised_without_epsilon", ex1.check_zero_global_part, (), "g / |g| is 0 / 0 there"),
+    (1, "temperature_twice", ex1.check_orthogonal_closed_form, (0.5,), "the temperature is applied twice"),
+    (1, "temperature_twice", ex1.check_value_matches_eq34_token_by_token, (), "the temperature is applied twice"),
+    (1, "loss_negated", ex1.check_orthogonal_closed_form, (), "the whole loss is negated"),
+    (1, "loss_negated", ex1.check_value_matches_eq34_token_by_token, (), "the loss is negated (a flipped sign)"),
+    (1, "loss_negated", ex1.check_low_temperature_does_not_overflow, (), "the whole loss is negated"),
+    (1, "flipped_sign", ex1.check_value_matches_eq34_token_by_token, (), "the sign is flipped"),
+    (1, "anchor_is_its_own_positive", ex1.check_positions_restrict_the_anchors, (), "is each anchor its own positive"),
+    (1, "anchor_is_its_own_positive", ex1.check_value_matches_eq34_token_by_token, (), "each anchor is its own positive"),
     # --- exercise 2: the samplers
     (2, "window_too_wide", ex2.check_window_offsets_uniform, (), "the window reaches 3 positions away; W=5 allows 2 (W//2 either side)"),
     (2, "negatives_from_own_sequence_too", ex2.check_negatives_from_other_sequences_never_padding, (),
@@ -124,6 +135,11 @@ REJECTED = [
     (2, "negatives_global_random_state", ex2.check_generator_makes_it_reproducible, (), "draw every random number from `generator`"),
     (2, "negatives_include_padding", ex2.check_negatives_from_other_sequences_never_padding, (), "draw only real tokens"),
     (2, "negatives_shared_by_the_sequence", ex2.check_negatives_uniform_over_tokens, (), "draw them independently for each anchor"),
+    (2, "negatives_squeezed", ex2.check_shapes, (), "must return a tensor of shape (3, 12, 1)"),
+    (2, "negatives_from_the_next_sequence", ex2.check_negatives_uniform_over_tokens, (),
+     "every negative of sequence 3 comes from sequence 4 (the next one)"),
+    (2, "positives_same_offsets_in_every_sequence", ex2.check_window_offsets_uniform, (),
+     "not one per position shared by the batch"),
     # --- exercise 3: the contextual score
     (3, "with_self_pairs", ex3.check_matches_the_pairs, ("score_closed_form",), "Your intra includes each token paired with itself"),
     (3, "padding_counted", ex3.check_matches_the_pairs, ("score_closed_form",), "Padding is counted: use only real tokens"),
@@ -135,6 +151,8 @@ REJECTED = [
     (3, "right_padding_assumed", ex3.check_matches_the_pairs, ("score_closed_form",), "sequence 1 is padded on the left"),
     (3, "brute_force_skips_same_position", ex3.check_matches_the_pairs, ("score_brute_force",),
      "every pair of real tokens of two different sequences counts"),
+    (3, "returns_tensors", ex3.check_returns_python_floats, ("score_closed_form",), "must return Python floats"),
+    (3, "closed_form_in_the_input_dtype", ex3.check_closed_form_in_bfloat16, (), "compute it in float64"),
     (3, "nan_for_a_lone_token", ex3.check_matches_the_pairs, ("score_closed_form",), "must not divide by zero"),
     # --- exercise 4: masking
     (4, "all_to_mask", ex4.check_80_10_10, (), "100.0% became [MASK], 0.0% a random token and 0.0% stayed the same: BERT uses 80% / 10% / 10%"),
@@ -150,6 +168,9 @@ REJECTED = [
     (4, "masks_in_place", ex4.check_80_10_10, (), "changed its argument `input_ids` in place"),
     (4, "global_random_state", ex4.check_dynamic, (), "draw every random number from `generator`"),
     (4, "only_padding_protected", ex4.check_labels_and_untouched_tokens, (), "60 special tokens"),
+    (4, "same_positions_in_every_sequence", ex4.check_chosen_independently_in_each_sequence, (),
+     "not one per position shared by the batch"),
+    (4, "keeps_the_input_dtype", ex4.check_returns_int64, (), "return int64 tensors"),
     # --- exercise 6: speed-ups
     (6, "speedup_integer_division", ex6.check_speedup, (), "do not round or use integer division"),
     (6, "speedup_rounded", ex6.check_speedup, (), "do not round or use integer division"),
@@ -163,6 +184,9 @@ REJECTED = [
     (6, "first_ignores_direction", ex6.check_first_step_reaching, (), "(a loss: lower is better) reaching 4.3); got 100"),
     (6, "first_returns_index", ex6.check_first_step_reaching, (), "should be 200 (the first step where a rising curve reaches 0.3 (equal counts)); got 1"),
     (6, "first_last_crossing", ex6.check_first_step_reaching, (), "even if the curve falls below it later); got 150"),
+    (6, "speedup_none_not_tested", ex6.check_speedup, (), "test for None before dividing"),
+    (6, "speedup_returns_text", ex6.check_speedup, (), "return the ratio as a number (or None), not text"),
+    (6, "speedup_of_pairs", ex6.check_speedup, (), "failed in your code with TypeError"),
     # --- exercise 7: embeddings
     (7, "freeze_word_only", ex7.check_freeze, (), "bert.embeddings.norm.bias, bert.embeddings.norm.weight, "
      "bert.embeddings.position.weight, bert.embeddings.token_type.weight changed: freeze the whole embedding layer"),

@@ -174,8 +174,9 @@ def main(argv=None):
         K = args.negatives
         if r["loss"] < math.log(K + 1) - 1:
             print(f"The positive now stands out: its cosine is {r['gap']:+.3f} above the negatives' on average, and")
-            print(f"the loss ({r['loss']:.3f}) is far below log(K+1). Tokens of one block share a global part (their")
-            print("document's topic), which tokens of other blocks do not share.")
+            print(f"the loss ({r['loss']:.3f}) is far below log(K+1). Tokens of one block share a global part, which")
+            print("tokens of other blocks do not share: the block (TC's context), not the document's topic, since a")
+            print("packed block often holds the end of one document and the start of the next (exercise 6).")
         else:
             print(f"Not yet separated: the loss ({r['loss']:.3f}) is still near log(K+1) = {math.log(K + 1):.3f}. Early in")
             print("training the global parts of all tokens first turn alike (cosines near 1, the collapsed case where the")

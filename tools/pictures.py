@@ -296,7 +296,7 @@ def curves(run_dirs, out):
 
 def save(fig, out, plt):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # a --out folder that did not exist yet
-    fig.savefig(out, dpi=80, bbox_inches="tight")
+    fig.savefig(out, dpi=150, bbox_inches="tight")  # sharp enough to print or project
     plt.close(fig)
     print(f"wrote {out}")
     return out

@@ -20,4 +20,4 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
     if positions is not None:
         weight = weight * positions.float()
     weight = weight.reshape(-1)
-    return (loss * weight).sum() / weight.sum()
+    return (loss * weight).sum() / weight.sum().clamp(min=1)  # no anchor: 0, not 0 / 0

@@ -20,4 +20,5 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
     anchors = real & (real.sum(1, keepdim=True) >= 2)
     if positions is not None:
         anchors = anchors & positions
-    return loss[anchors.reshape(-1)].mean()
+    anchors = anchors.reshape(-1)
+    return loss[anchors].sum() / anchors.sum().clamp(min=1)  # no anchor: 0, not 0 / 0

@@ -5,6 +5,7 @@ import torch
 
 
 def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    input_ids = input_ids.long()  # any integer dtype in, int64 out
     inputs, labels = input_ids.clone(), torch.full_like(input_ids, -100)
     special = set(tokenizer.special_ids)
     normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in special])

@@ -4,6 +4,7 @@ import torch
 
 
 def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    input_ids = input_ids.long()  # any integer dtype in, int64 out
     special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids))
     chosen = (torch.rand(input_ids.shape, generator=generator) < mlm_probability) & ~special
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))

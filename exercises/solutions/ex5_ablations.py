@@ -1,5 +1,5 @@
 """Exercise 5, reference: the directions the pages' claims state (exercises/measure.py checks them
-over 3 seeds; see ex5_ablations.md, Expected results)."""
+over 3 seeds; see answers/results/ex5_ablations.md)."""
 PREDICTIONS = {
     "W=15": {"ctx": "higher", "wordsim": "same", "why": "positives up to 7 tokens away often lie in another document "
              "of the same 64-token block, so TC pulls a whole block together: blocks become tighter clusters"},

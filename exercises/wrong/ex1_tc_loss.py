@@ -338,3 +338,80 @@ def positive_not_in_the_denominator(h, e, attention_mask=None, window=5, num_neg
     s_neg = torch.einsum("nh,nkh->nk", z, z.detach()[neg.reshape(B * T, -1)]) / temperature
     loss = torch.logsumexp(s_neg, dim=1) - s_pos  # BUG: the positive belongs in the logsumexp
     return loss[_anchors(real, positions).reshape(-1)].mean()
+
+
+# ---- the edges of what training meets: no anchor, a low temperature, g = 0; and a loss off by its form
+
+def _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions):
+    """The parts the wrong solutions below share, written right: -> (per-token cosines (B*T, 1+K), anchors (B*T,))."""
+    B, T, H = h.shape
+    real = _real(h, attention_mask)
+    pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)
+    z = F.normalize(h - e, dim=-1).reshape(B * T, H)
+    cols = torch.cat([pos.reshape(-1, 1), neg.reshape(B * T, -1)], 1)
+    return torch.einsum("nh,njh->nj", z, z.detach()[cols]), _anchors(real, positions).reshape(-1)
+
+
+def nan_without_anchors(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                        positions=None):
+    """Bug: the mean over anchors as loss[anchors].mean(): nan when no token is an anchor (--tc_positions masked
+    on a micro-batch where nothing is masked)."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    loss = F.cross_entropy(cos / temperature, torch.zeros(len(cos), dtype=torch.long), reduction="none")
+    return loss[anchors].mean()  # BUG: 0 / 0 with no anchor
+
+
+def softmax_without_the_max(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                            positions=None):
+    """Bug: InfoNCE written as -log(exp(s+) / sum exp(s)): exp(1 / 0.01) overflows float32 at TaCL's tau."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    logits = (cos / temperature).exp()  # BUG: the largest logit is not subtracted first
+    loss = -torch.log(logits[:, 0] / logits.sum(1))
+    return (loss * anchors).sum() / anchors.sum().clamp(min=1)
+
+
+def normalised_without_epsilon(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
+                               generator=None, positions=None):
+    """Bug: g / g.norm(): 0 / 0 = nan where g = h - e is exactly 0."""
+    B, T, H = h.shape
+    real = _real(h, attention_mask)
+    pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)
+    g = h - e
+    z = (g / g.norm(dim=-1, keepdim=True)).reshape(B * T, H)  # BUG: no epsilon
+    cols = torch.cat([pos.reshape(-1, 1), neg.reshape(B * T, -1)], 1)
+    cos = torch.einsum("nh,njh->nj", z, z.detach()[cols])
+    loss = F.cross_entropy(cos / temperature, torch.zeros(B * T, dtype=torch.long), reduction="none")
+    anchors = _anchors(real, positions).reshape(-1)
+    return (loss * anchors).sum() / anchors.sum().clamp(min=1)
+
+
+def temperature_twice(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                      positions=None):
+    """Bug: the cosines divided by tau, and the logits by tau again."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    logits = cos / temperature
+    loss = F.cross_entropy(logits / temperature, torch.zeros(len(cos), dtype=torch.long), reduction="none")  # BUG
+    return (loss * anchors).sum() / anchors.sum().clamp(min=1)
+
+
+def loss_negated(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                 positions=None):
+    """Bug: the log-softmax of the positive, not its negative: the loss is <= 0 and training pushes the wrong way."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    logp = torch.log_softmax(cos / temperature, dim=1)[:, 0]  # BUG: minus sign missing
+    return (logp * anchors).sum() / anchors.sum().clamp(min=1)
+
+
+def anchor_is_its_own_positive(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07,
+                               generator=None, positions=None):
+    """Bug: the positive's cosine is the anchor with itself (z * z), not with z[pos]."""
+    B, T, H = h.shape
+    real = _real(h, attention_mask)
+    pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)
+    z = F.normalize(h - e, dim=-1).reshape(B * T, H)
+    cos_pos = (z * z.detach()).sum(-1, keepdim=True)  # BUG: z.detach()[pos.reshape(-1)]
+    cos_neg = torch.einsum("nh,nkh->nk", z, z.detach()[neg.reshape(B * T, -1)])
+    loss = F.cross_entropy(torch.cat([cos_pos, cos_neg], 1) / temperature, torch.zeros(B * T, dtype=torch.long),
+                           reduction="none")
+    anchors = _anchors(real, positions).reshape(-1)
+    return (loss * anchors).sum() / anchors.sum().clamp(min=1)

@@ -226,3 +226,36 @@ def positives_fallback_may_be_the_anchor(real, window, generator=None):
     order = torch.argsort((~real).long(), dim=1, stable=True)
     pos = torch.where(ok, pos, order.gather(1, rank.clamp(max=T - 1)))
     return pos + T * torch.arange(B)[:, None]
+
+
+def negatives_from_the_next_sequence(real, num_negatives, generator=None):
+    """Bug: the negatives of sequence b come from sequence b + 1 only (wrapping around)."""
+    B, T = real.shape
+    out = torch.empty(B, T, num_negatives, dtype=torch.long)
+    for b in range(B):
+        c = (b + 1) % B  # BUG: one other sequence, not all of them
+        pool = c * T + real[c].nonzero().flatten()
+        out[b] = pool[torch.randint(len(pool), (T, num_negatives), generator=generator)]
+    return out
+
+
+def positives_same_offsets_in_every_sequence(real, window, generator=None):
+    """Bug: one offset per position, shape (T,), shared by every sequence of the batch."""
+    B, T = real.shape
+    t = torch.arange(T)
+    pos = t + _offsets(1, T, window // 2, generator)  # BUG: (1, T), broadcast over B
+    ok = (pos >= 0) & (pos < T) & real.gather(1, pos.clamp(0, T - 1).expand(B, T))
+    first = real.long().argmax(1, keepdim=True)
+    pos = torch.where(ok, pos, torch.where(t == first, first + 1, first))
+    return pos + T * torch.arange(B)[:, None]
+
+
+def negatives_squeezed(real, num_negatives, generator=None):
+    """Bug: .squeeze() on the result: with K = 1 the last dimension is gone, (B, T) instead of (B, T, 1)."""
+    B, T = real.shape
+    tokens = real.reshape(-1).nonzero().squeeze(1)
+    n = real.sum(1)[:, None, None]
+    start = n.cumsum(0) - n
+    k = (torch.rand(B, T, num_negatives, generator=generator) * (len(tokens) - n)).long()
+    k = k + n * (k >= start).long()
+    return tokens[k.clamp(max=len(tokens) - 1)].squeeze()  # BUG: squeeze() drops K = 1

@@ -134,3 +134,27 @@ def nan_for_a_lone_token(h, real):
     intra = ((means * n * (n - 1)).sum() / (n * (n - 1)).sum()).item()
     inter = ((per_seq.sum(0).pow(2).sum() - n.sum() - pairs.sum()) / (n.sum() ** 2 - (n ** 2).sum())).item()
     return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def returns_tensors(h, real):
+    """Bug: the right numbers as 0-dim tensors, not the Python floats the stub asks for."""
+    z = F.normalize(h.double(), dim=-1) * real[..., None]
+    n = real.sum(1).double()
+    per_seq = z.sum(1)
+    intra_sum = (per_seq.pow(2).sum(1) - n).sum()
+    all_sum = per_seq.sum(0).pow(2).sum() - n.sum()
+    intra = intra_sum / (n * (n - 1)).sum()
+    inter = (all_sum - intra_sum) / (n.sum() ** 2 - n.sum() - (n * (n - 1)).sum())
+    return {"intra": intra, "inter": inter, "score": intra - inter}  # BUG: no .item()
+
+
+def closed_form_in_the_input_dtype(h, real):
+    """Bug: the closed form in h's own dtype: fine in float32, 3 digits in bfloat16."""
+    z = F.normalize(h, dim=-1) * real[..., None]  # BUG: h.double()
+    n = real.sum(1).to(h.dtype)
+    per_seq = z.sum(1)
+    intra_sum = (per_seq.pow(2).sum(1) - n).sum()
+    all_sum = per_seq.sum(0).pow(2).sum() - n.sum()
+    intra = (intra_sum / (n * (n - 1)).sum()).item()
+    inter = ((all_sum - intra_sum) / (n.sum() ** 2 - n.sum() - (n * (n - 1)).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}

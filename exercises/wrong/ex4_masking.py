@@ -166,3 +166,31 @@ def only_padding_protected(input_ids, tokenizer, mlm_probability=0.15, generator
     inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, input_ids)
     inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
     return inputs, torch.where(chosen, input_ids, -100)
+
+
+def same_positions_in_every_sequence(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: one draw per position, shape (T,), shared by every sequence: the fraction is right, the
+    masks of the batch are the same."""
+    B, T = input_ids.shape
+    ids = input_ids.long()
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids))
+    chosen = (torch.rand(T, generator=generator) < mlm_probability)[None, :] & ~special  # BUG: (T,), not (B, T)
+    action = torch.rand(B, T, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random = normal[torch.randint(len(normal), (B, T), generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random, inputs)
+    return inputs, torch.where(chosen, ids, -100)
+
+
+def keeps_the_input_dtype(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: builds on input_ids as given: int32 in, int32 labels out (F.cross_entropy refuses them)."""
+    B, T = input_ids.shape
+    special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids, dtype=input_ids.dtype))
+    chosen = (torch.rand(B, T, generator=generator) < mlm_probability) & ~special
+    action = torch.rand(B, T, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random = normal[torch.randint(len(normal), (B, T), generator=generator)].to(input_ids.dtype)
+    inputs = torch.where(chosen & (action < 0.8), torch.tensor(tokenizer.mask_id, dtype=input_ids.dtype), input_ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random, inputs)
+    return inputs, torch.where(chosen, input_ids, torch.tensor(-100, dtype=input_ids.dtype))  # BUG: not .long()

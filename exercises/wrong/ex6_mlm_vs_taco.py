@@ -90,3 +90,30 @@ def first_last_crossing(points, target, higher_is_better=True):
             break
         step = s  # BUG
     return step
+
+
+def speedup_none_not_tested(baseline, other, higher_is_better=True):
+    """Bug: divides before asking whether the other curve reaches the target at all (None)."""
+    target = baseline[-1][1]
+    sign = 1 if higher_is_better else -1
+    a = next((s for s, v in baseline if sign * v >= sign * target), None)
+    b = next((s for s, v in other if sign * v >= sign * target), None)
+    return a / b  # BUG: b may be None: TypeError
+
+
+def speedup_returns_text(baseline, other, higher_is_better=True):
+    """Bug: returns the speed-up formatted for printing ("4.00x"), not a number."""
+    target = baseline[-1][1]
+    sign = 1 if higher_is_better else -1
+    a = next((s for s, v in baseline if sign * v >= sign * target), None)
+    b = next((s for s, v in other if sign * v >= sign * target), None)
+    return None if b is None else f"{a / b:.2f}x"  # BUG: a string
+
+
+def speedup_of_pairs(baseline, other, higher_is_better=True):
+    """Bug: its own helper returns the (step, value) point, and speedup divides the points."""
+    target = baseline[-1][1]
+    sign = 1 if higher_is_better else -1
+    a = next((p for p in baseline if sign * p[1] >= sign * target), None)  # BUG: the point, not its step
+    b = next((p for p in other if sign * p[1] >= sign * target), None)
+    return None if b is None else a / b
