@@ -176,20 +176,26 @@ def test_refuses_to_overwrite(copy):
 
 
 def test_replaces_only_a_hand_out_it_wrote(tmp_path):
+    """--force replaces a hand-out as handout.py wrote it; never one with a file added since, a folder
+    of the user's, the repository, a folder above it or one inside it."""
     mine = tmp_path / "mine"
     handout.build(str(mine))
-    (mine / "stale.txt").write_text("x")
     handout.build(str(mine), force=True)
-    assert not (mine / "stale.txt").exists() and (mine / "HANDOUT.md").exists()
+    (mine / "notes.txt").write_text("a student's notes")
+    with pytest.raises(UsageError, match="did not write"):
+        handout.build(str(mine), force=True)
+    assert (mine / "notes.txt").read_text() == "a student's notes"
     other = tmp_path / "other"
     other.mkdir()
     (other / "keep.txt").write_text("a user's file")
-    with pytest.raises(UsageError, match="not a hand-out this script wrote"):
+    with pytest.raises(UsageError, match="did not write"):
         handout.build(str(other), force=True)
     assert (other / "keep.txt").read_text() == "a user's file"
-    for inside in (handout.ROOT, os.path.dirname(handout.ROOT), os.path.join(handout.ROOT, "exercises", "x")):
+    for inside in (handout.ROOT, os.path.join(handout.ROOT, "exercises", "x")):
         with pytest.raises(UsageError, match="inside the repository"):
             handout.build(inside, force=True)
+    with pytest.raises(UsageError, match="holds the repository"):
+        handout.build(os.path.dirname(handout.ROOT), force=True)
     assert os.path.isfile(os.path.join(handout.ROOT, "taco.py"))
 
 
@@ -219,6 +225,7 @@ def test_user_mistakes_are_one_line(tmp_path, case):
         out = os.path.join(handout.ROOT, "exercises", "copy")
     else:
         out.mkdir()
+        (out / "keep.txt").write_text("a user's file")
     args = [sys.executable, os.path.join(handout.ROOT, "exercises", "handout.py"), str(out)]
     r = subprocess.run(args + (["--force"] if case == "not a hand-out" else []), capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, r.stderr
@@ -226,9 +233,9 @@ def test_user_mistakes_are_one_line(tmp_path, case):
 
 def test_a_folder_it_cannot_write_is_one_line(tmp_path, monkeypatch, capsys):
     """A read-only parent folder (simulated: the tests may run as root, who writes anywhere)."""
-    def refuse(**kwargs):
-        raise PermissionError(13, "Permission denied", kwargs.get("dir"))
-    monkeypatch.setattr(handout.tempfile, "mkdtemp", refuse)
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", os.path.dirname(path))
+    monkeypatch.setattr(os, "makedirs", refuse)
     with pytest.raises(SystemExit) as stop:
         handout.main([str(tmp_path / "out")])
     err = capsys.readouterr().err
