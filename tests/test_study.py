@@ -321,3 +321,60 @@ def test_a_signal_ends_every_child_and_releases_the_lock(phase, sig, tmp_path):
         for v in ("mlm", "taco"):
             assert "stopped by SIGTERM after step" in (out / v / "pretrain.log").read_text()
             assert study.plan_run(v, args, 0, str(out))[1][-1] == "--resume"
+
+
+LANDMINE = '''"""study.py, and one SIGTERM to itself that lands inside a __del__, where Python swallows what a handler raises."""
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from tools import study
+
+
+class Landmine:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10000):  # the handler runs here
+            pass
+
+
+real_sleep, fired = time.sleep, []
+
+
+def sleep(seconds):  # study's wait for its taco.py runs: once both have logged a step
+    runs = [os.path.join({out!r}, v, "metrics.jsonl") for v in ("mlm", "taco")]
+    if not fired and all(os.path.exists(f) and os.path.getsize(f) for f in runs):
+        fired.append(Landmine())
+        fired.clear()  # the __del__ runs now
+        fired.append(True)
+    real_sleep(seconds)
+
+
+time.sleep = sleep
+if __name__ == "__main__":
+    study.main(sys.argv[1:])
+'''
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_signal_python_swallows_still_stops_the_study(tmp_path):
+    """A SIGTERM whose exception Python drops (it landed in a __del__): the study does not go on
+    ignoring every later signal until it ends with exit 0; it stops within seconds, exit 143, its line."""
+    out = tmp_path / "s"
+    script = tmp_path / "landmine.py"
+    script.write_text(LANDMINE.format(root=HERE, out=str(out)))
+    cmd = [sys.executable, str(script), "--out", str(out), "--jobs", "2", "--max_len", "32", "--batch_size", "4",
+           "--ft_seeds", "1", "--ft_heldout", "0", "--taco_args", "--eval_blocks 8 --negatives 8 --log_every 1",
+           "--steps", "100000", "--save_every", "50000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    children, deadline = set(), time.time() + 300
+    try:
+        while proc.poll() is None and time.time() < deadline:  # it stops on its own: the signal is sent from inside
+            children.update(p for p in descendants(proc.pid) if alive(p))
+            time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    assert "study.py stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr
+    assert children and not [p for p in children if alive(p)]
+    for v in ("mlm", "taco"):
+        assert "stopped by SIGTERM after step" in (out / v / "pretrain.log").read_text()

@@ -210,8 +210,11 @@ def pretrain_all(plans, args):
 
 def stop_children(procs, grace=60):
     """SIGTERM to every child still running (taco.py saves a checkpoint at its next step and
-    exits 143); SIGKILL to any still there after `grace` seconds."""
+    exits 143); SIGKILL to any still there after `grace` seconds. Meanwhile a second SIGINT or
+    SIGTERM is ignored: it would make taco.py stop without saving."""
     procs = [p for p in procs if p.poll() is None]
+    for s in (signal.SIGINT, signal.SIGTERM) if procs else ():
+        signal.signal(s, signal.SIG_IGN)
     for p in procs:
         p.send_signal(signal.SIGTERM)
     deadline = time.time() + grace
@@ -221,23 +224,6 @@ def stop_children(procs, grace=60):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-@contextlib.contextmanager
-def stop_on_signals():
-    """SIGINT / SIGTERM end the study at once (cli.Interrupted: exit 130 / 143) after its
-    children are stopped (the `finally` blocks); a second signal meanwhile is ignored."""
-    def stop(signum, frame):
-        for s in old:
-            signal.signal(s, signal.SIG_IGN)
-        raise cli.Interrupted(signum, f"study.py stopped by {signal.Signals(signum).name}; the same command "
-                              "goes on: finished runs and measured seeds are reused, stopped runs resumed")
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -295,10 +281,10 @@ def word_pairs(args):
                               if args.pairs == "toy" else args.pairs)
 
 
-def measure_checkpoint(run, path, args, fine_tune=True):
+def measure_checkpoint(run, path, args, fine_tune=True, sentences=False):
     """One checkpoint of a run (path None: the run's random init, step 0) -> its row, less
     "variant" and "seed": held-out MLM (the run's log), analysis, fine-tuning (unless not
-    `fine_tune`), the CPU seconds."""
+    `fine_tune`), with `sentences` the [CLS] vector's toy retrieval and similarity, the CPU seconds."""
     t0 = time.process_time()
     cfg = checkpoints.read_json(os.path.join(run, "config.json"))
     if path is None:
@@ -319,13 +305,27 @@ def measure_checkpoint(run, path, args, fine_tune=True):
                                        args, ft)
     ev = next((r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl"))
                if r.get("step") == step and "eval_mlm_loss" in r), {})
-    return {"step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"), "eval_mlm_acc": ev.get("eval_mlm_acc"),
-            **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
-            **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
-            "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
-            **score_fields("ft", dev), **score_fields("ft_heldout", heldout),
-            "sha256": path and checkpoints.read_json(path[:-3] + ".json")["sha256"],  # what was measured
-            "cpu_s": round(time.process_time() - t0, 1)}
+    row = {"step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"), "eval_mlm_acc": ev.get("eval_mlm_acc"),
+           **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
+           **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
+           "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
+           "self_similarity": res["self_similarity"], **score_fields("ft", dev), **score_fields("ft_heldout", heldout),
+           "sha256": path and checkpoints.read_json(path[:-3] + ".json")["sha256"]}  # what was measured
+    if sentences:  # RetroMAE's: the [CLS] vector as a sentence embedding, on the toy grammar's sets
+        evalset = toy_sentence_eval(args.cache_dir)
+        ret = analyze.dense_retrieval(encoder, tok, read_beir(os.path.join(evalset, "retrieval")), "dot")
+        row.update({k: ret[k] for k in ("ndcg@10", "mrr@10", "recall@100")}, sts_spearman=analyze.sentence_similarity(
+            encoder, tok, read_sts(os.path.join(evalset, "sts.tsv")))["spearman"])
+    return {**row, "cpu_s": round(time.process_time() - t0, 1)}
+
+
+def say(label, r):
+    """The line printed for a measured checkpoint."""
+    print(f"  {label}: ctx {r['ctx_score']:.3f} (documents {r['ctx_doc_score']:.3f}), co-occurring words' cosine "
+          f"{r['wordsim_cooc']:.3f}" + (f", nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}" if "ndcg@10" in r else "")
+          + (f", fine-tuned {100 * r['ft_mean']:.1f}" if r["ft_mean"] is not None else "")
+          + (f" (held-out {100 * r['ft_heldout_mean']:.1f})" if r["ft_heldout_mean"] is not None else "")
+          + f" [{r['cpu_s']:.0f} s CPU]", flush=True)
 
 
 def score_fields(prefix, scores):
@@ -398,11 +398,7 @@ def study_seeds(args, names):
     def done(key, row):
         seed, name, step = key
         got[key] = row
-        print(f"  seed {seed} {name} step {step}: ctx {row['ctx_score']:.3f} (documents {row['ctx_doc_score']:.3f}), "
-              f"co-occurring words' cosine {row['wordsim_cooc']:.3f}"
-              + (f", fine-tuned {100 * row['ft_mean']:.1f}" if row["ft_mean"] is not None else "")
-              + (f" (held-out {100 * row['ft_heldout_mean']:.1f})" if row["ft_heldout_mean"] is not None else "")
-              + f" [{row['cpu_s']:.0f} s CPU]", flush=True)
+        say(f"seed {seed} {name} step {step}", row)
         left[seed] -= 1
         if left[seed]:
             return
@@ -421,50 +417,62 @@ GOALS = [("ft_heldout_mean", "fine-tuned (held-out)", 1), ("ft_mean", "fine-tune
          ("eval_mlm_loss", "MLM loss", -1), ("wordsim_cooc", "co-occurring words' cosine", 1)]
 
 
+def real(v):
+    """v, or None for a missing or NaN value."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
 def fmt(v, s="{:.3f}"):
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else s.format(v)
+    return "–" if real(v) is None else s.format(v)
 
 
-# ----------------------------------------------------------------------------- TaCL's miniature
+# ----------------------------------------------------------------------------- TaCL's and RetroMAE's miniatures
 
-def tacl_runs(args, seed):
-    """MLM for --steps, then --continue_steps more of TaCL and, as the control, of MLM, both
-    from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's AdamW). -> run dirs."""
-    def continued(init):
-        same = ["--init", init, "--steps", str(args.continue_steps), "--weight_decay", "0"]
-        return {"tacl": plan_run("tacl", args, seed, args.out, ["--objective", "tacl", *same], init),
-                "mlm_continued": plan_run("mlm_continued", args, seed, args.out, ["--objective", "mlm", *same], init)}
-    first = plan_run("mlm", args, seed, args.out)
-    continued(first[0])  # every run in the way refused before any training
+RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
+
+
+def miniature_study(args, t0):
+    """One pre-training seed. --tacl: MLM for --steps, then --continue_steps more of TaCL and, as the
+    control, of MLM, both from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's
+    AdamW); OUT/tacl.json, tacl_table.md, tacl_heatmap.png. --retromae: MLM for --steps (OUT/stage0),
+    then mlm, taco and retromae continue from its final weights for --continue_steps each (new
+    optimizer and schedule, as RetroMAE continues bert-base), their [CLS] vectors probed too;
+    OUT/study.json, table.md. The init and every final encoder are measured alike -> rows."""
+    seed = args.seed[0]
+    if args.tacl:
+        first = plan_run("mlm", args, seed, args.out)
+        tail = ["--steps", str(args.continue_steps), "--weight_decay", "0"]
+        plan = lambda: {name: plan_run(name, args, seed, args.out, ["--objective", objective, "--init", first[0], *tail],
+                                       first[0]) for name, objective in (("tacl", "tacl"), ("mlm_continued", "mlm"))}
+    else:
+        first = plan_run("mlm", args, seed, os.path.join(args.out, "stage0"))
+        cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
+        plan = lambda: {name: plan_run(name, cont, seed, args.out, ["--init", first[0]], first[0])
+                        for name in RETROMAE_VARIANTS}
+    plan()  # every run in the way refused before any training
     pretrain_all([first], args)
-    plans = continued(first[0])  # again: what to reuse depends on the init's checkpoint
+    plans = plan()  # again: what to reuse depends on the init's checkpoint
     pretrain_all(list(plans.values()), args)
-    return {"mlm (init)": first[0], **{name: plan[0] for name, plan in plans.items()}}
-
-
-def measure_final(run_dirs, args, ft, pairs):
-    """The final checkpoint of each run: held-out MLM, self-similarity per layer, contextual score,
-    fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
-    rows, panels, batches = [], {}, None
-    for name, run in run_dirs.items():
-        encoder, tok, run_args, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
-        if batches is None:
-            batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
-                                              32, args.cache_dir)
-            sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
-        res = analyze.analyze(encoder, tok, batches, pairs)
-        ev = [r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
-        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
-        scores = finetune_scores(encoder.config, weights, args, ft)[0] if args.ft_seeds else []
-        rows.append({"variant": name, "step": ev["step"], "eval_mlm_loss": ev["eval_mlm_loss"],
-                     "eval_mlm_acc": ev["eval_mlm_acc"], "self_similarity": res["self_similarity"],
-                     **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
-                     "wordsim_spearman": res["wordsim"]["spearman"], **score_fields("ft", scores)})
-        tokens, panels[name] = analyze.token_cosines(encoder, tok, sentence)
-        print(f"  {name}: self-similarity {', '.join(f'{v:.3f}' for v in res['self_similarity'])}, "
-              f"ctx {rows[-1]['ctx_score']:.3f}" + (f", fine-tuned {100 * rows[-1]['ft_mean']:.1f}" if scores else ""),
-              flush=True)
-    return rows, tokens, panels
+    t_train = time.time() - t0
+    rows, panels = [], {}
+    for name, run in {"mlm (init)" if args.tacl else "init (MLM stage 0)": first[0],
+                      **{name: plan[0] for name, plan in plans.items()}}.items():
+        path = checkpoints.latest_checkpoint(run)
+        rows.append({"variant": name, **measure_checkpoint(run, path, args, sentences=args.retromae)})
+        if args.retromae:  # steps of pre-training in all
+            rows[-1]["step"] = args.steps + (0 if run == first[0] else args.continue_steps)
+        say(name, rows[-1])
+        if args.tacl:  # one sentence's token x token cosines
+            encoder, tok, run_args, _ = analyze.load_encoder(path)
+            tokens, panels[name] = analyze.token_cosines(encoder, tok, analyze.heatmap_sentence(run_args["data"],
+                                                                                              args.cache_dir))
+    times = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
+    save(args.out, args, times, rows, format_tacl_table(rows) if args.tacl else format_retromae_table(rows),
+         name="tacl" if args.tacl else "study", drawn=False)
+    if args.tacl:
+        analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
+    print(f"wall time: {times['total_s']} s ({times['pretrain_s']} s pre-training)")
+    return rows
 
 
 def format_tacl_table(rows):
@@ -472,11 +480,10 @@ def format_tacl_table(rows):
     lines = ["| model | steps | eval MLM loss / acc | " + " | ".join(f"self-sim. layer {i}" for i in range(1, layers + 1))
              + " | ctx score (intra − inter) | wordsim ρ | fine-tuned dev (acc+F1)/2 |", "|" + "---|" * (layers + 6)]
     for r in rows:
-        ft = f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}" if r["ft_scores"] else "–"
         lines.append(f"| {r['variant']} | {r['step']} | {r['eval_mlm_loss']:.3f} / {r['eval_mlm_acc']:.3f} | "
                      + " | ".join(f"{v:.3f}" for v in r["self_similarity"])
                      + f" | {r['ctx_score']:.3f} ({r['ctx_intra']:.3f} − {r['ctx_inter']:.3f}) | "
-                     f"{r['wordsim_spearman']:.3f} | {ft} |")
+                     f"{r['wordsim_spearman']:.3f} | {pm(r, 'ft')} |")
     return "\n".join(lines)
 
 
@@ -503,15 +510,12 @@ def format_table(rows):
 
 def pm(r, prefix):
     """A row's fine-tuned score as mean ± std over the fine-tuning seeds, in points."""
-    if not r.get(f"{prefix}_scores"):
-        return "–"
-    return f"{100 * r[f'{prefix}_mean']:.1f}" + (f" ± {100 * r[f'{prefix}_std']:.1f}" if len(r[f"{prefix}_scores"]) > 1 else "")
+    return ms(r.get(f"{prefix}_scores") or [], 100, "{:.1f}")
 
 
 def value(r, key):
     """r[key], or key(r) for a function; None for a missing or NaN value."""
-    v = key(r) if callable(key) else r.get(key)
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+    return real(key(r) if callable(key) else r.get(key))
 
 
 def first_match(rows, variant, key, better=1):
@@ -524,7 +528,7 @@ def first_match(rows, variant, key, better=1):
 
 def ms(vals, scale=1.0, f="{:.3f}"):
     """mean ± sample std of the values that are there; "–" if none."""
-    vals = [scale * v for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    vals = [scale * v for v in vals if real(v) is not None]
     if not vals:
         return "–"
     return f.format(np.mean(vals)) + (" ± " + f.replace("+", "").format(np.std(vals, ddof=1)) if len(vals) > 1 else "")
@@ -678,11 +682,8 @@ def noise_lines(rows, seeds, kinds, others, last):
 def plot(rows, path):
     """2 x 2 panels, one colour per objective: every pre-training seed as a thin line, their mean
     as a thick one. matplotlib is optional: a note if it is missing."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = analyze.pyplot()
+    if plt is None:
         print("note: pip install matplotlib for the plots; the table above has every number")
         return
     held = any(r.get("ft_heldout_scores") for r in rows)
@@ -696,82 +697,36 @@ def plot(rows, path):
     for ax, (key, title) in zip(axes.flat, panels):
         for i, v in enumerate(variants):
             for k, style in [(key, "-"), ("ctx_doc_score", "--")] if key == "ctx_score" else [(key, "-")]:
-                lines = {s: [(r["step"], r[k]) for r in rows if r["variant"] == v and r.get("seed") == s
-                             and value(r, k) is not None] for s in seeds}
-                lines = {s: line for s, line in lines.items() if line}
-                if not lines:
+                mine = [r for r in rows if r["variant"] == v and value(r, k) is not None]
+                n = len({r.get("seed") for r in mine})
+                if not mine:
                     continue
-                if len(lines) > 1:
-                    for line in lines.values():
+                for s in seeds if n > 1 else ():
+                    line = [(r["step"], r[k]) for r in mine if r.get("seed") == s]
+                    if line:
                         ax.plot(*zip(*line), style, color=f"C{i}", lw=0.6, alpha=0.35)
-                steps = sorted(set.intersection(*(set(x for x, _ in line) for line in lines.values())))
-                mean = [np.mean([dict(line)[x] for line in lines.values()]) for x in steps]
+                steps = sorted({r["step"] for r in mine})
+                mean = [np.mean([r[k] for r in mine if r["step"] == x]) for x in steps]
                 ax.plot(steps, mean, style, marker="o", ms=3, color=f"C{i}", lw=2,
-                        label=(f"{v} (mean of {len(lines)} seeds)" if len(lines) > 1 else v) if style == "-" else None)
-                if k == ft_key and v == "mlm":
+                        label=(f"{v} (mean of {n} seeds)" if n > 1 else v) if style == "-" else None)
+                if k == ft_key and v == "mlm" and mean:  # MLM's final
                     ax.axhline(mean[-1], color=f"C{i}", ls=":", lw=1)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("pre-training step")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # OUT/seed<S>
+    analyze.save_figure(fig, path, plt)
     print(f"plot: {path}")
-
-
-# ----------------------------------------------------------------------------- the RetroMAE miniature
-
-RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
-
-
-def retromae_study(args, pairs, device):
-    """Stage 0: MLM for --steps. Then mlm, taco and retromae continue from its final weights for
-    --continue_steps each (new optimizer and schedule, as RetroMAE continues bert-base); the init
-    and every final encoder are measured alike -> rows."""
-    seed = args.seed[0]
-    first = plan_run("mlm", args, seed, os.path.join(args.out, "stage0"))
-    stage0 = first[0]
-    cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
-    plan = lambda: {name: plan_run(name, cont, seed, args.out, ["--init", stage0], stage0) for name in RETROMAE_VARIANTS}
-    plan()  # every run in the way refused before any training
-    pretrain_all([first], args)
-    plans = plan()  # again: what to reuse depends on stage 0's checkpoint
-    pretrain_all(list(plans.values()), args)
-    run_dirs = {name: p[0] for name, p in plans.items()}
-    tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
-    evalset = toy_sentence_eval(args.cache_dir)
-    sts = read_sts(os.path.join(evalset, "sts.tsv"))
-    beir = read_beir(os.path.join(evalset, "retrieval"))
-    cfg = checkpoints.read_json(os.path.join(stage0, "config.json"))["args"]
-    batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
-    ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
-    rows = []
-    for name, run in [("init (MLM stage 0)", stage0)] + list(run_dirs.items()):
-        encoder, _, _, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
-        steps = args.steps + (0 if run == stage0 else args.continue_steps)
-        ret = analyze.dense_retrieval(encoder, tok, beir, "dot")
-        res = analyze.analyze(encoder, tok, batches, pairs)
-        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
-        scores = finetune_scores(encoder.config, weights, args, ft)[0] if args.ft_seeds else []
-        rows.append({"variant": name, "step": steps, **{k: ret[k] for k in ("ndcg@10", "mrr@10", "recall@100")},
-                     "sts_spearman": analyze.sentence_similarity(encoder, tok, sts)["spearman"],
-                     "ctx_score": res["context"]["cosine"]["score"], "wordsim_spearman": res["wordsim"]["spearman"],
-                     **score_fields("ft", scores)})
-        r = rows[-1]
-        print(f"  {name}: nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}, ctx {r['ctx_score']:.3f}"
-              + (f", fine-tuned {100 * r['ft_mean']:.1f}" if scores else ""), flush=True)
-    return rows
 
 
 def format_retromae_table(rows):
     lines = ["| objective | steps | retrieval nDCG@10 | MRR@10 | Recall@100 | STS ρ | ctx score | wordsim ρ "
              "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 9]
     for r in rows:
-        ft = "–" if r["ft_mean"] is None else f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}"
         lines.append(f"| {r['variant']} | {r['step']} | {r['ndcg@10']:.3f} | {r['mrr@10']:.3f} | {r['recall@100']:.3f} | "
-                     f"{r['sts_spearman']:.3f} | {r['ctx_score']:.3f} | {r['wordsim_spearman']:.3f} | {ft} |")
+                     f"{r['sts_spearman']:.3f} | {r['ctx_score']:.3f} | {r['wordsim_spearman']:.3f} | {pm(r, 'ft')} |")
     return "\n".join(lines)
 
 
@@ -832,47 +787,56 @@ def main(argv=None):
     p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
     args = p.parse_args(argv)
     t0 = time.time()
-    with cli.errors(), stop_on_signals():
-        miniature = args.tacl or args.retromae
-        if args.ft_seeds is None:
-            args.ft_seeds = [1, 2, 3] if miniature else [1, 2, 3, 4, 5, 6]
-        if args.ft_heldout is None:
-            args.ft_heldout = 0 if miniature else 5000
-        names = [v.strip() for v in args.variants.split(",") if v.strip()]
-        if not names or any(v not in VARIANTS for v in names):
-            raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
-        cli.output_path(args.out, "--out", folder=True)
-        device = cli.device(args.device)
-        if len(set(args.seed)) < len(args.seed):
-            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
-        if miniature and len(args.seed) > 1:
-            raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
-        check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
-        pairs = word_pairs(args)  # a bad file fails before training
-        if args.ft_seeds and args.ft_heldout:
-            toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
-        if args.plot:
-            cli.output_path(args.plot, "--plot", folder=False)
-        if not args.jobs:
-            args.jobs = 1 if device.type == "cuda" or args.launcher else cli.free_cores()
-        args.threads = args.threads or (1 if args.jobs > 1 else 0)
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        print(f"study: {args.jobs} job(s) side by side" + (f", {args.threads} thread(s) each" if args.threads else ""),
-              flush=True)
-        with runs.RunLock(args.out, "--out"):  # one study per folder at a time
-            if args.tacl:
-                return tacl_study(args, pairs, device, t0)
-            if args.retromae:
-                return finish_retromae(args, retromae_study(args, pairs, device), t0)
-            rows, times = study_seeds(args, names)
-            if len(args.seed) > 1:
-                times = {"per_seed": times, **elapsed(t0)}
-                save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
-                     + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
-                       f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
-            print(f"wall time {round(time.time() - t0)} s, CPU time {elapsed(t0)['cpu_s']} s")
-            return rows
+    with cli.errors():
+        try:
+            return study(args, t0)
+        except KeyboardInterrupt as stop:  # cli.Stop (SIGINT, SIGTERM): the `finally` blocks have stopped the children
+            signum = getattr(stop, "signum", signal.SIGINT)
+            print(f"study.py stopped by {signal.Signals(signum).name}; the same command goes on: finished runs and "
+                  "measured seeds are reused, stopped runs resumed", file=sys.stderr)
+            sys.exit(128 + signum)
+
+
+def study(args, t0):
+    """main() once its flags are parsed -> the rows measured."""
+    miniature = args.tacl or args.retromae
+    if args.ft_seeds is None:
+        args.ft_seeds = [1, 2, 3] if miniature else [1, 2, 3, 4, 5, 6]
+    if args.ft_heldout is None:
+        args.ft_heldout = 0 if miniature else 5000
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not names or any(v not in VARIANTS for v in names):
+        raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
+    cli.output_path(args.out, "--out", folder=True)
+    device = cli.device(args.device)
+    if len(set(args.seed)) < len(args.seed):
+        raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
+    if miniature and len(args.seed) > 1:
+        raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
+    check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
+    word_pairs(args)  # a bad file fails before training
+    if args.ft_seeds and args.ft_heldout:
+        toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
+    if args.plot:
+        analyze.picture_path(args.plot, "--plot")
+    if not args.jobs:
+        args.jobs = 1 if device.type == "cuda" or args.launcher else cli.free_cores()
+    args.threads = args.threads or (1 if args.jobs > 1 else 0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"study: {args.jobs} job(s) side by side" + (f", {args.threads} thread(s) each" if args.threads else ""),
+          flush=True)
+    with runs.RunLock(args.out, "--out"):  # one study per folder at a time
+        if miniature:
+            return miniature_study(args, t0)
+        rows, times = study_seeds(args, names)
+        if len(args.seed) > 1:
+            times = {"per_seed": times, **elapsed(t0)}
+            save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
+                 + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
+                   f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
+        print(f"wall time {round(time.time() - t0)} s, CPU time {elapsed(t0)['cpu_s']} s")
+        return rows
 
 
 def elapsed(t0):
@@ -896,41 +860,16 @@ def finished(out, args, seed):
     return None
 
 
-def save(out, args, times, rows, table, single=False):
-    """OUT/study.json (settings, times, every row), OUT/table.md, the printed table, the plot
-    (--plot's path for the study's own folder, else OUT/study.png)."""
-    checkpoints.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "time": times, "rows": rows})
-    checkpoints.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
+def save(out, args, times, rows, table, single=False, name="study", drawn=True):
+    """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the
+    printed table, unless not `drawn` the plot (--plot's path for the study's own folder, else OUT/study.png)."""
+    checkpoints.write_json(os.path.join(out, f"{name}.json"), {"settings": vars(args), "time": times, "rows": rows})
+    checkpoints.atomic_write(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"),
+                             lambda f: f.write((table + "\n").encode()))
     if not single or len(args.seed) == 1:
         print(table)
-    plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
-
-
-def tacl_study(args, pairs, device, t0):
-    """--tacl: TaCL's miniature, for one pre-training seed; OUT/tacl.json, tacl_table.md, tacl_heatmap.png."""
-    run_dirs = tacl_runs(args, args.seed[0])
-    t_train = time.time() - t0
-    ft = finetune_data(args, os.path.join(next(iter(run_dirs.values())), "vocab.txt"), device) if args.ft_seeds else {}
-    rows, tokens, panels = measure_final(run_dirs, args, ft, pairs)
-    table = format_tacl_table(rows)
-    wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
-    checkpoints.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    checkpoints.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
-    print(table)
-    analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
-    print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
-    return rows
-
-
-def finish_retromae(args, rows, t0):
-    """study.json, table.md and the printed table of the --retromae mode."""
-    table = format_retromae_table(rows)
-    wall = {"total_s": round(time.time() - t0)}
-    checkpoints.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    checkpoints.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
-    print(table)
-    print(f"wall time: {wall['total_s']} s")
-    return rows
+    if drawn:
+        plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
 
 
 if __name__ == "__main__":
