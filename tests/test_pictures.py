@@ -169,3 +169,38 @@ def test_bad_taco_cache_is_one_line(run, tmp_path, capsys, monkeypatch, cache):
     monkeypatch.setenv("TACO_CACHE", str(path) if cache == "file" else str(path / "below"))
     rc, err = one_line_error(["cosine", run, "--out", str(tmp_path / "c.png")], capsys)
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "a_file" in err[0], err
+
+
+@pytest.mark.parametrize("picture", ["cosine", "pca", "curves"])
+def test_every_picture_into_a_folder_alike_at_150_dpi(run, tmp_path, capsys, picture):
+    """--out FOLDER means the same for every picture: FOLDER/<picture>.png, saved at 150 dpi (fit to print)."""
+    from PIL import Image
+    pictures.main([picture, run, "--out", str(tmp_path)])
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / (picture + '.png')}"
+    assert Image.open(tmp_path / f"{picture}.png").info["dpi"][0] == pytest.approx(150, abs=0.1)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / f"{picture}.png").mkdir()  # the file it would write is a folder: refused, one line
+    rc, err = one_line_error([picture, run, "--out", str(tmp_path / "taken")], capsys)
+    assert rc == 2 and len(err) == 1 and "is a folder; pass a file" in err[0], err
+
+
+def test_metrics_records_without_a_field_are_left_out_with_a_warning(run, tmp_path, capsys):
+    """Hand-edited records: no step, a step that is text, a loss that is text or missing: drawn without them."""
+    edited = tmp_path / "edited"
+    shutil.copytree(run, edited)
+    with open(edited / "metrics.jsonl", "a") as f:
+        f.write('{"loss": 1.0}\n{"step": "x", "loss": 1.0}\n{"step": 9, "loss": "high"}\n{"step": 10}\n')
+    pictures.main(["curves", str(edited), "--out", str(tmp_path / "c.png")])
+    err = capsys.readouterr().err
+    assert (tmp_path / "c.png").exists() and err.count("\n") == 1 and 'without a numeric "step"' in err, err
+
+
+def test_pca_of_a_vocabulary_without_topic_words_is_one_line(run, tmp_path, capsys):
+    """A run whose vocab.txt has none of the toy topics' words (same size, other tokens): one line, exit 2."""
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    vocab = (other / "vocab.txt").read_text().splitlines()
+    (other / "vocab.txt").write_text("\n".join(w if w.startswith("[") else f"zz{i}" for i, w in enumerate(vocab)) + "\n")
+    rc, err = one_line_error(["pca", str(other), "--out", str(tmp_path / "p.png")], capsys)
+    errors = [line for line in err if line.startswith("error: ")]  # after the new vocabulary's tokenizing bar
+    assert rc == 2 and errors == err[-1:] and "none of the toy topics' words" in err[-1] and "Traceback" not in err, err

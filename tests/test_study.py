@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tools import study
+from tools import study, study_tables
 from engine import toy
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -84,14 +84,14 @@ def test_seeds_table_steps_fraction_and_median():
     for seed, (taco2, taco4, mlm4) in enumerate([(0.7, 0.8, 0.7), (0.6, 0.8, 0.75), (0.6, 0.7, 0.75)]):
         rows += [row("mlm", seed, 2, [0.6] * 4), row("mlm", seed, 4, [mlm4] * 4),
                  row("taco", seed, 2, [taco2] * 4, ctx=0.3), row("taco", seed, 4, [taco4] * 4, ctx=0.3)]
-    table = study.format_seeds_table(rows, [0, 1, 2])
+    table = study_tables.format_seeds_table(rows, [0, 1, 2])
     assert "| 0 | 70.0 | 2 | 70.0 | 2 | 70.0 | 2 | 70.0 | 2 |" in table
     assert "| 2 | 75.0 | not by 4 |" in table
     assert "- taco, held-out pairs, 4 fine-tuning seeds: reaches it with 2 of 3 seeds; median step 4 (1.00" in table
     assert "| taco | 4 | +3.3 ± 7.6 | 2 of 3 |" in table  # paired gap: +10, +5, -5 points
     assert "TACO's is above MLM's at 6 of 6" in table
     rows = [r for r in rows if r["seed"] != 0]
-    assert "median step not by 4" in study.format_seeds_table(rows, [1, 2])
+    assert "median step not by 4" in study_tables.format_seeds_table(rows, [1, 2])
 
 
 def test_noise_lines_separate_fine_tuning_dev_pairs_and_pre_training():
@@ -103,7 +103,7 @@ def test_noise_lines_separate_fine_tuning_dev_pairs_and_pre_training():
             held = [0.7 + shift + d for d in (0.01, -0.01, 0.01, -0.01)]  # halves differ by 0 on average
             rows.append(row("mlm", seed, step, [h + 0.01 for h in held], held))
             rows.append(row("taco", seed, step, [h + 0.04 for h in held], [h + 0.02 for h in held]))
-    lines = "\n".join(study.noise_lines(rows, [0, 1, 2, 3], study.scores(rows), ["taco"], 4))
+    lines = "\n".join(study_tables.noise_lines(rows, [0, 1, 2, 3], study_tables.scores(rows), ["taco"], 4))
     # per fine-tuning: held-out spread sd of (+1, -1, +1, -1) points = 1.15
     assert "| mlm | 4 | 1.2 | 1.2 | 2.6 | 2.5 | +1.0 ± 0.0 |" in lines  # seeds' means 0, 2, 4, 6 points: sd 2.58
     # the gap: taco - mlm final is +2 held-out, +3 dev, the same for every seed and half
@@ -136,14 +136,14 @@ def test_a_measured_seed_is_reused_only_with_the_same_settings(tmp_path, monkeyp
 
 def test_plot_without_matplotlib_is_a_note(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    study.plot([row("mlm", 0, 0, [0.5])], str(tmp_path / "p.png"))
+    study_tables.plot([row("mlm", 0, 0, [0.5])], str(tmp_path / "p.png"))
     assert "pip install matplotlib" in capsys.readouterr().out and not (tmp_path / "p.png").exists()
 
 
 @pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="matplotlib is optional")
 def test_plot_draws_every_seed_and_the_mean(tmp_path):
     rows = [row(v, s, step, [0.5 + 0.1 * step + 0.01 * s]) for s in (0, 1, 2) for v in ("mlm", "taco") for step in (0, 2)]
-    study.plot(rows, str(tmp_path / "p.png"))
+    study_tables.plot(rows, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
@@ -321,3 +321,60 @@ def test_a_signal_ends_every_child_and_releases_the_lock(phase, sig, tmp_path):
         for v in ("mlm", "taco"):
             assert "stopped by SIGTERM after step" in (out / v / "pretrain.log").read_text()
             assert study.plan_run(v, args, 0, str(out))[1][-1] == "--resume"
+
+
+LANDMINE = '''"""study.py, and one SIGTERM to itself that lands inside a __del__, where Python swallows what a handler raises."""
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from tools import study
+
+
+class Landmine:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10000):  # the handler runs here
+            pass
+
+
+real_sleep, fired = time.sleep, []
+
+
+def sleep(seconds):  # study's wait for its taco.py runs: once both have logged a step
+    runs = [os.path.join({out!r}, v, "metrics.jsonl") for v in ("mlm", "taco")]
+    if not fired and all(os.path.exists(f) and os.path.getsize(f) for f in runs):
+        fired.append(Landmine())
+        fired.clear()  # the __del__ runs now
+        fired.append(True)
+    real_sleep(seconds)
+
+
+time.sleep = sleep
+if __name__ == "__main__":
+    study.main(sys.argv[1:])
+'''
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_signal_python_swallows_still_stops_the_study(tmp_path):
+    """A SIGTERM whose exception Python drops (it landed in a __del__): the study does not go on
+    ignoring every later signal until it ends with exit 0; it stops within seconds, exit 143, its line."""
+    out = tmp_path / "s"
+    script = tmp_path / "landmine.py"
+    script.write_text(LANDMINE.format(root=HERE, out=str(out)))
+    cmd = [sys.executable, str(script), "--out", str(out), "--jobs", "2", "--max_len", "32", "--batch_size", "4",
+           "--ft_seeds", "1", "--ft_heldout", "0", "--taco_args", "--eval_blocks 8 --negatives 8 --log_every 1",
+           "--steps", "100000", "--save_every", "50000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    children, deadline = set(), time.time() + 300
+    try:
+        while proc.poll() is None and time.time() < deadline:  # it stops on its own: the signal is sent from inside
+            children.update(p for p in descendants(proc.pid) if alive(p))
+            time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    assert "study.py stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr
+    assert children and not [p for p in children if alive(p)]
+    for v in ("mlm", "taco"):
+        assert "stopped by SIGTERM after step" in (out / v / "pretrain.log").read_text()

@@ -199,14 +199,30 @@ def picture_path(path, flag):
     return cli.output_path(path, flag, folder=False)
 
 
-def plot_heatmaps(panels, tokens, path):
-    """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
-    Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
+def pyplot():
+    """matplotlib's pyplot drawing to files, or None where matplotlib is not installed (taco runs without it)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def save_figure(fig, path, plt):
+    """Write a figure whole (a temp file, then renamed), its format named by the extension, at 150 dpi:
+    fit to print or project."""
+    checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower() or "png", dpi=150,
+                                                         bbox_inches="tight"))
+    plt.close(fig)
+
+
+def plot_heatmaps(panels, tokens, path):
+    """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
+    Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
+    plt = pyplot()
+    if plt is None:
         print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)
@@ -217,9 +233,7 @@ def plot_heatmaps(panels, tokens, path):
         ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
         ax.set_title(name, fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cosine")
-    checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower(), dpi=100,
-                                                  bbox_inches="tight"))
-    plt.close(fig)
+    save_figure(fig, path, plt)
     print(f"heatmap: {path}")
 
 

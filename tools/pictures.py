@@ -30,14 +30,9 @@ import torch.nn.functional as F
 
 from engine import checkpoints
 from engine.cli import UsageError
-from data import make_blocks
 from engine.corpus import tokenize_corpus
 from engine.toy import TOPICS
-
-
-class PictureError(UsageError):
-    """A user mistake: one line, exit code 2."""
-
+from tools import analyze
 
 # each objective's losses as metrics.jsonl logs them: "loss" is the total, "mlm" MLM's part, "tc" the other one
 OBJECTIVES = {
@@ -80,34 +75,16 @@ def document_topics(tokens, tok):
 
 # ----------------------------------------------------------------------------- runs and their states
 
-def load_run(spec):
-    """-> (encoder, tokenizer, the run's taco.py arguments or {}, source) of a run directory,
-    checkpoint or Hugging Face folder; a vocab.txt that does not fit the model is one line."""
-    from tools import analyze
-    from engine.tasks import FinetuneError
-    try:
-        encoder, tok, run_args, source = analyze.load_encoder(spec)
-    except FinetuneError as err:
-        raise PictureError(str(err)) from None
-    words = encoder.embeddings.word.num_embeddings
-    if tok.vocab_size != words:
-        raise PictureError(f"{spec}: its vocab.txt has {tok.vocab_size} tokens but the model has {words} word "
-                           f"embeddings; put beside it the vocab.txt the model was trained with")
-    return encoder, tok, run_args, source
-
-
 def heldout(tok, data, max_len, eval_blocks=64, cache_dir=None):
-    """The held-out blocks taco.py evaluates on (the corpus's last ones, as analyze.heldout_batches)
-    -> (ids (n, max_len) int64, topic (n, max_len); topic is -1 for [CLS]/[SEP] and outside the toy corpus)."""
-    tokens = tokenize_corpus(data, tok, cache_dir)
-    body = max_len - 2
-    n = len(tokens) // body
-    n_eval = min(eval_blocks, n // 10) or min(eval_blocks, n)
-    lo, hi = (n - n_eval) * body, n * body
-    ids = make_blocks(tokens[lo:hi], max_len, tok.cls_id, tok.sep_id)[:].astype(np.int64)  # every block, as an array
+    """The held-out blocks taco.py evaluates on (the corpus's last ones, analyze.probe_blocks) -> (ids
+    (n, max_len) int64, topic (n, max_len); topic is -1 for [CLS]/[SEP] and outside the toy corpus)."""
+    blocks, about = analyze.probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)
+    ids = blocks.astype(np.int64)
     topic = np.full(ids.shape, -1)
     if data == "toy":
-        topic[:, 1:-1] = document_topics(tokens, tok)[lo:hi].reshape(n_eval, body)
+        body, first = max_len - 2, about["of_blocks"] - about["blocks"]
+        tokens = tokenize_corpus(data, tok, cache_dir)[first * body:(first + len(ids)) * body]
+        topic[:, 1:-1] = document_topics(tokens, tok).reshape(len(ids), body)
         topic[ids == tok.sep_id] = -1
     return torch.from_numpy(ids), topic
 
@@ -124,40 +101,38 @@ def short_name(spec):
 
 def objective_of(spec):
     """The --objective a run was trained with (its config.json; "taco" if it does not say)."""
-    folder = spec if os.path.isdir(spec) else os.path.dirname(spec)
-    path = os.path.join(folder, "config.json")
-    if not os.path.isfile(path):
-        return "taco"
-    return checkpoints.read_json(path).get("args", {}).get("objective", "taco")
+    path = os.path.join(spec if os.path.isdir(spec) else os.path.dirname(spec), "config.json")
+    config = checkpoints.read_json(path) if os.path.isfile(path) else {}
+    run_args = config.get("args") if isinstance(config, dict) else None
+    return run_args.get("objective", "taco") if isinstance(run_args, dict) else "taco"
 
 
 # ----------------------------------------------------------------------------- the pictures
 
 def pyplot():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PictureError("pictures.py draws with matplotlib, which is not installed: pip install matplotlib") from None
+    plt = analyze.pyplot()
+    if plt is None:
+        raise UsageError("pictures.py draws with matplotlib, which is not installed: pip install matplotlib")
     return plt
 
 
 def output_file(out, picture):
     """--out, checked before any work: a file whose extension matplotlib writes (png, pdf, svg, ...),
-    or a folder (an existing one, or a path ending in /) that gets <picture>.png. -> the path written."""
+    or a folder (an existing one, or a path ending in /) that gets <picture>.png inside it, for every
+    picture alike (`cosine.png`, `pca.png`, `curves.png`). -> the path written."""
     pyplot()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     if out.endswith(("/", os.sep)) or os.path.isdir(out):
         cli.output_path(out, "--out", folder=True)
-        return os.path.join(out, f"{picture}.png")
+        inside = os.path.join(out, f"{picture}.png")
+        return cli.output_path(inside, "--out", folder=False) if os.path.isdir(out) else inside
     ext = os.path.splitext(out)[1].lstrip(".").lower()
     formats = FigureCanvasAgg.get_supported_filetypes()
     if not ext:
-        raise PictureError(f"--out {out} has no extension: name a file such as {out}.png (or .pdf, .svg), or a "
-                           f"folder ending in /")
+        raise UsageError(f"--out {out} has no extension: name a file such as {out}.png (or .pdf, .svg), or a "
+                         f"folder ending in /")
     if ext not in formats:
-        raise PictureError(f"--out {out}: matplotlib cannot write .{ext} files; use one of {', '.join(sorted(formats))}")
+        raise UsageError(f"--out {out}: matplotlib cannot write .{ext} files; use one of {', '.join(sorted(formats))}")
     return cli.output_path(out, "--out", folder=False)
 
 
@@ -175,12 +150,12 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
     plt = pyplot()
     panels = []
     for spec in run_dirs:
-        encoder, tok, run_args, _ = load_run(spec)
+        encoder, tok, run_args, _ = analyze.load_encoder(spec)
         ids, _ = heldout(tok, run_args.get("data", "toy"), run_args.get("max_len", 128))
         if block is None:
             block = first_blocks(ids, tok.sep_id, min(n_blocks, len(ids)))
         if block + n_blocks > len(ids):
-            raise PictureError(f"--block {block} --blocks {n_blocks}: the held-out set has {len(ids)} blocks "
+            raise UsageError(f"--block {block} --blocks {n_blocks}: the held-out set has {len(ids)} blocks "
                                f"(0 to {len(ids) - 1})")
         chosen = ids[block:block + n_blocks]
         h, e = states(encoder, chosen)
@@ -224,12 +199,15 @@ def pca(run_dirs, out, max_tokens=3000):
     plt = pyplot()
     fig, axes = plt.subplots(2, len(run_dirs), figsize=(4.5 * len(run_dirs), 8.4), squeeze=False)
     for col, spec in enumerate(run_dirs):
-        encoder, tok, run_args, _ = load_run(spec)
+        encoder, tok, run_args, _ = analyze.load_encoder(spec)
         if run_args.get("data", "toy") != "toy":
-            raise PictureError(f"{spec} was not trained on the toy corpus: pca colours tokens by the toy documents' topics")
+            raise UsageError(f"{spec} was not trained on the toy corpus: pca colours tokens by the toy documents' topics")
         ids, topic = heldout(tok, "toy", run_args.get("max_len", 128))
-        h, e = states(encoder, ids)
         keep = topic >= 0  # content tokens whose document's topic is known (no [CLS]/[SEP])
+        if keep.sum() < 2:
+            raise UsageError(f"{spec}: its vocab.txt holds none of the toy topics' words, so no held-out document has "
+                             f"a topic to colour by; pca needs a run with the toy corpus's vocabulary")
+        h, e = states(encoder, ids)
         block = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[keep][:max_tokens]
         g = (h - e)[torch.from_numpy(keep)].double()[:max_tokens]
         t = topic[keep][:max_tokens]
@@ -262,9 +240,12 @@ def curves(run_dirs, out):
     for i, spec in enumerate(run_dirs):
         path = os.path.join(spec, "metrics.jsonl")
         if not os.path.isfile(path):
-            raise PictureError(f"{spec} has no metrics.jsonl: pass taco.py run directories")
-        objective = objective_of(spec)
-        read.append((short_name(spec), objective, checkpoints.read_jsonl(path), plt.cm.tab10(i % 10)))
+            raise UsageError(f"{spec} has no metrics.jsonl: pass taco.py run directories")
+        records = checkpoints.read_jsonl(path)
+        rows = [r for r in records if number(r.get("step"))]
+        if len(rows) < len(records):
+            print(f"warning: {path}: left out the records without a numeric \"step\"", file=sys.stderr)
+        read.append((short_name(spec), objective_of(spec), rows, plt.cm.tab10(i % 10)))
     names = {o for _, o, _, _ in read}
     aux = [OBJECTIVES[o]["tc"] for o in OBJECTIVES if o in names and OBJECTIVES[o]["tc"]]
     panels = [("loss", "training loss: " + " / ".join(OBJECTIVES[o]["loss"] for o in OBJECTIVES if o in names)),
@@ -274,14 +255,14 @@ def curves(run_dirs, out):
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for name, objective, rows, colour in read:
         for ax, (key, _) in zip(axes.flat, panels):
-            pts = [(r["step"], r[key]) for r in rows if key in r]
+            pts = [(r["step"], r[key]) for r in rows if number(r.get(key))]  # records that lack it: not drawn
             if key == "tc" and not OBJECTIVES.get(objective, {}).get("tc"):
                 pts = []  # an MLM run logs tc = 0: no curve
             if pts:
                 label = f"{name} ({objective}" + (f": {OBJECTIVES[objective]['tc'].split(' (')[0]})"
                                                   if key == "tc" else ")")
                 ax.plot(*zip(*pts), color=colour, marker="o" if key == "ctx_score" else None, ms=3, label=label)
-            tp = [(r["step"], r["tp"]) for r in rows if "tp" in r]
+            tp = [(r["step"], r["tp"]) for r in rows if number(r.get("tp"))]
             if key == "tc" and tp:  # --predict_all: MLM+TP's token-prediction loss
                 ax.plot(*zip(*tp), color=colour, ls="--", label=f"{name} (MLM+TP: token prediction)")
     for ax, (key, title) in zip(axes.flat, panels):
@@ -294,10 +275,13 @@ def curves(run_dirs, out):
     return save(fig, out, plt)
 
 
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
 def save(fig, out, plt):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # a --out folder that did not exist yet
-    fig.savefig(out, dpi=150, bbox_inches="tight")  # sharp enough to print or project
-    plt.close(fig)
+    analyze.save_figure(fig, out, plt)  # whole, at 150 dpi: sharp enough to print or project
     print(f"wrote {out}")
     return out
 

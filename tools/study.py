@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import io
 import json
-import math
 import multiprocessing
 import os
 import resource
@@ -47,6 +46,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
 from tools import analyze
+from tools.study_tables import format_retromae_table, format_seeds_table, format_table, format_tacl_table, plot
 from engine import checkpoints
 from engine import flags
 from engine import cli
@@ -210,8 +210,11 @@ def pretrain_all(plans, args):
 
 def stop_children(procs, grace=60):
     """SIGTERM to every child still running (taco.py saves a checkpoint at its next step and
-    exits 143); SIGKILL to any still there after `grace` seconds."""
+    exits 143); SIGKILL to any still there after `grace` seconds. Meanwhile a second SIGINT or
+    SIGTERM is ignored: it would make taco.py stop without saving."""
     procs = [p for p in procs if p.poll() is None]
+    for s in (signal.SIGINT, signal.SIGTERM) if procs else ():
+        signal.signal(s, signal.SIG_IGN)
     for p in procs:
         p.send_signal(signal.SIGTERM)
     deadline = time.time() + grace
@@ -221,23 +224,6 @@ def stop_children(procs, grace=60):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-@contextlib.contextmanager
-def stop_on_signals():
-    """SIGINT / SIGTERM end the study at once (cli.Interrupted: exit 130 / 143) after its
-    children are stopped (the `finally` blocks); a second signal meanwhile is ignored."""
-    def stop(signum, frame):
-        for s in old:
-            signal.signal(s, signal.SIG_IGN)
-        raise cli.Interrupted(signum, f"study.py stopped by {signal.Signals(signum).name}; the same command "
-                              "goes on: finished runs and measured seeds are reused, stopped runs resumed")
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -295,10 +281,10 @@ def word_pairs(args):
                               if args.pairs == "toy" else args.pairs)
 
 
-def measure_checkpoint(run, path, args, fine_tune=True):
+def measure_checkpoint(run, path, args, fine_tune=True, sentences=False):
     """One checkpoint of a run (path None: the run's random init, step 0) -> its row, less
     "variant" and "seed": held-out MLM (the run's log), analysis, fine-tuning (unless not
-    `fine_tune`), the CPU seconds."""
+    `fine_tune`), with `sentences` the [CLS] vector's toy retrieval and similarity, the CPU seconds."""
     t0 = time.process_time()
     cfg = checkpoints.read_json(os.path.join(run, "config.json"))
     if path is None:
@@ -319,13 +305,27 @@ def measure_checkpoint(run, path, args, fine_tune=True):
                                        args, ft)
     ev = next((r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl"))
                if r.get("step") == step and "eval_mlm_loss" in r), {})
-    return {"step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"), "eval_mlm_acc": ev.get("eval_mlm_acc"),
-            **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
-            **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
-            "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
-            **score_fields("ft", dev), **score_fields("ft_heldout", heldout),
-            "sha256": path and checkpoints.read_json(path[:-3] + ".json")["sha256"],  # what was measured
-            "cpu_s": round(time.process_time() - t0, 1)}
+    row = {"step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"), "eval_mlm_acc": ev.get("eval_mlm_acc"),
+           **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
+           **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
+           "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
+           "self_similarity": res["self_similarity"], **score_fields("ft", dev), **score_fields("ft_heldout", heldout),
+           "sha256": path and checkpoints.read_json(path[:-3] + ".json")["sha256"]}  # what was measured
+    if sentences:  # RetroMAE's: the [CLS] vector as a sentence embedding, on the toy grammar's sets
+        evalset = toy_sentence_eval(args.cache_dir)
+        ret = analyze.dense_retrieval(encoder, tok, read_beir(os.path.join(evalset, "retrieval")), "dot")
+        row.update({k: ret[k] for k in ("ndcg@10", "mrr@10", "recall@100")}, sts_spearman=analyze.sentence_similarity(
+            encoder, tok, read_sts(os.path.join(evalset, "sts.tsv")))["spearman"])
+    return {**row, "cpu_s": round(time.process_time() - t0, 1)}
+
+
+def say(label, r):
+    """The line printed for a measured checkpoint."""
+    print(f"  {label}: ctx {r['ctx_score']:.3f} (documents {r['ctx_doc_score']:.3f}), co-occurring words' cosine "
+          f"{r['wordsim_cooc']:.3f}" + (f", nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}" if "ndcg@10" in r else "")
+          + (f", fine-tuned {100 * r['ft_mean']:.1f}" if r["ft_mean"] is not None else "")
+          + (f" (held-out {100 * r['ft_heldout_mean']:.1f})" if r["ft_heldout_mean"] is not None else "")
+          + f" [{r['cpu_s']:.0f} s CPU]", flush=True)
 
 
 def score_fields(prefix, scores):
@@ -398,11 +398,7 @@ def study_seeds(args, names):
     def done(key, row):
         seed, name, step = key
         got[key] = row
-        print(f"  seed {seed} {name} step {step}: ctx {row['ctx_score']:.3f} (documents {row['ctx_doc_score']:.3f}), "
-              f"co-occurring words' cosine {row['wordsim_cooc']:.3f}"
-              + (f", fine-tuned {100 * row['ft_mean']:.1f}" if row["ft_mean"] is not None else "")
-              + (f" (held-out {100 * row['ft_heldout_mean']:.1f})" if row["ft_heldout_mean"] is not None else "")
-              + f" [{row['cpu_s']:.0f} s CPU]", flush=True)
+        say(f"seed {seed} {name} step {step}", row)
         left[seed] -= 1
         if left[seed]:
             return
@@ -416,363 +412,53 @@ def study_seeds(args, names):
     return [r for seed in args.seed for r in rows[seed]], times
 
 
-# (key, label, +1 if higher is better): what "reaches MLM's final value" compares
-GOALS = [("ft_heldout_mean", "fine-tuned (held-out)", 1), ("ft_mean", "fine-tuned (dev)", 1),
-         ("eval_mlm_loss", "MLM loss", -1), ("wordsim_cooc", "co-occurring words' cosine", 1)]
-
-
-def fmt(v, s="{:.3f}"):
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else s.format(v)
-
-
-# ----------------------------------------------------------------------------- TaCL's miniature
-
-def tacl_runs(args, seed):
-    """MLM for --steps, then --continue_steps more of TaCL and, as the control, of MLM, both
-    from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's AdamW). -> run dirs."""
-    def continued(init):
-        same = ["--init", init, "--steps", str(args.continue_steps), "--weight_decay", "0"]
-        return {"tacl": plan_run("tacl", args, seed, args.out, ["--objective", "tacl", *same], init),
-                "mlm_continued": plan_run("mlm_continued", args, seed, args.out, ["--objective", "mlm", *same], init)}
-    first = plan_run("mlm", args, seed, args.out)
-    continued(first[0])  # every run in the way refused before any training
-    pretrain_all([first], args)
-    plans = continued(first[0])  # again: what to reuse depends on the init's checkpoint
-    pretrain_all(list(plans.values()), args)
-    return {"mlm (init)": first[0], **{name: plan[0] for name, plan in plans.items()}}
-
-
-def measure_final(run_dirs, args, ft, pairs):
-    """The final checkpoint of each run: held-out MLM, self-similarity per layer, contextual score,
-    fine-tuning; and one sentence's token x token cosines. -> (rows, tokens, {name: cosines})."""
-    rows, panels, batches = [], {}, None
-    for name, run in run_dirs.items():
-        encoder, tok, run_args, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
-        if batches is None:
-            batches = analyze.heldout_batches(run_args["data"], tok, run_args["max_len"], run_args["eval_blocks"],
-                                              32, args.cache_dir)
-            sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
-        res = analyze.analyze(encoder, tok, batches, pairs)
-        ev = [r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl")) if "eval_mlm_loss" in r][-1]
-        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
-        scores = finetune_scores(encoder.config, weights, args, ft)[0] if args.ft_seeds else []
-        rows.append({"variant": name, "step": ev["step"], "eval_mlm_loss": ev["eval_mlm_loss"],
-                     "eval_mlm_acc": ev["eval_mlm_acc"], "self_similarity": res["self_similarity"],
-                     **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
-                     "wordsim_spearman": res["wordsim"]["spearman"], **score_fields("ft", scores)})
-        tokens, panels[name] = analyze.token_cosines(encoder, tok, sentence)
-        print(f"  {name}: self-similarity {', '.join(f'{v:.3f}' for v in res['self_similarity'])}, "
-              f"ctx {rows[-1]['ctx_score']:.3f}" + (f", fine-tuned {100 * rows[-1]['ft_mean']:.1f}" if scores else ""),
-              flush=True)
-    return rows, tokens, panels
-
-
-def format_tacl_table(rows):
-    layers = len(rows[0]["self_similarity"])
-    lines = ["| model | steps | eval MLM loss / acc | " + " | ".join(f"self-sim. layer {i}" for i in range(1, layers + 1))
-             + " | ctx score (intra − inter) | wordsim ρ | fine-tuned dev (acc+F1)/2 |", "|" + "---|" * (layers + 6)]
-    for r in rows:
-        ft = f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}" if r["ft_scores"] else "–"
-        lines.append(f"| {r['variant']} | {r['step']} | {r['eval_mlm_loss']:.3f} / {r['eval_mlm_acc']:.3f} | "
-                     + " | ".join(f"{v:.3f}" for v in r["self_similarity"])
-                     + f" | {r['ctx_score']:.3f} ({r['ctx_intra']:.3f} − {r['ctx_inter']:.3f}) | "
-                     f"{r['wordsim_spearman']:.3f} | {ft} |")
-    return "\n".join(lines)
-
-
-def format_table(rows):
-    """One seed's rows: the table and, per objective, the first step that reaches MLM's final value."""
-    lines = ["| objective | step | eval MLM loss | eval MLM acc | ctx intra | ctx inter | ctx score (blocks) "
-             "| ctx score (documents) | co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) "
-             "| fine-tuned dev (acc+F1)/2 | fine-tuned held-out (acc+F1)/2 |", "|" + "---|" * 12]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['step']} | {fmt(r['eval_mlm_loss'])} | {fmt(r['eval_mlm_acc'])} | "
-                     f"{fmt(r['ctx_intra'])} | {fmt(r['ctx_inter'])} | {fmt(r['ctx_score'])} | {fmt(r['ctx_doc_score'])} | "
-                     f"{fmt(r['wordsim_cooc'])} | {fmt(r['wordsim_spearman'])} | {pm(r, 'ft')} | {pm(r, 'ft_heldout')} |")
-    ref = [r for r in rows if r["variant"] == "mlm"]
-    if ref:  # the speed-up claim: the first step at which each objective matches MLM's final value
-        goals = [g for g in GOALS if ref[-1].get(g[0]) is not None]
-        lines.append(f"\nFirst step at which each objective reaches MLM's final value (step {ref[-1]['step']}): "
-                     + ", ".join(f"{label} {ref[-1][k]:.3f}" for k, label, _ in goals))
-        for v in dict.fromkeys(r["variant"] for r in rows):
-            hits = [first_match(rows, v, k, better) for k, _, better in goals]
-            lines.append(f"- {v}: " + ", ".join(f"{label} {'not reached' if h is None else f'step {h}'}"
-                                                for (_, label, _), h in zip(goals, hits)))
-    return "\n".join(lines)
-
-
-def pm(r, prefix):
-    """A row's fine-tuned score as mean ± std over the fine-tuning seeds, in points."""
-    if not r.get(f"{prefix}_scores"):
-        return "–"
-    return f"{100 * r[f'{prefix}_mean']:.1f}" + (f" ± {100 * r[f'{prefix}_std']:.1f}" if len(r[f"{prefix}_scores"]) > 1 else "")
-
-
-def value(r, key):
-    """r[key], or key(r) for a function; None for a missing or NaN value."""
-    v = key(r) if callable(key) else r.get(key)
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-
-def first_match(rows, variant, key, better=1):
-    """The first step at which `variant` reaches MLM's final value of `key` (a row key or a
-    function of a row) in one seed's rows (None: never)."""
-    goal = value([r for r in rows if r["variant"] == "mlm"][-1], key)
-    return next((r["step"] for r in rows if r["variant"] == variant and value(r, key) is not None
-                 and better * value(r, key) >= better * goal), None)
-
-
-def ms(vals, scale=1.0, f="{:.3f}"):
-    """mean ± sample std of the values that are there; "–" if none."""
-    vals = [scale * v for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not vals:
-        return "–"
-    return f.format(np.mean(vals)) + (" ± " + f.replace("+", "").format(np.std(vals, ddof=1)) if len(vals) > 1 else "")
-
-
-def scores(rows):
-    """The fine-tuned scores the seeds table compares, {name: (label, function of a row)}: the
-    steady one (held-out pairs, every fine-tuning seed), the 1,000 dev pairs with every seed and,
-    to show the fine-tuning noise, with each half of the seeds (the first half is the old protocol
-    when --ft_seeds starts 1,2,3)."""
-    n = min((len(r["ft_scores"]) for r in rows if r.get("ft_scores")), default=0)
-    out = {}
-    if any(r.get("ft_heldout_scores") for r in rows):
-        out["heldout"] = (f"held-out pairs, {n} fine-tuning seeds", lambda r: r["ft_heldout_mean"])
-    if n:
-        out["dev"] = (f"dev 1,000, {n} seeds", lambda r: r["ft_mean"])
-    if n >= 2:
-        for half, sl in (("first", slice(0, n // 2)), ("second", slice(n // 2, 2 * (n // 2)))):
-            out[half] = (f"dev 1,000, {half} {n // 2} seeds",
-                         lambda r, sl=sl: float(np.mean(r["ft_scores"][sl])) if r.get("ft_scores") else None)
-    return out
-
-
-def format_seeds_table(rows, seeds):
-    """Several pre-training seeds: mean ± std over them per objective and step; per seed the step
-    at which each objective first reaches MLM's final fine-tuned score (for each score of
-    scores()), how often and the median; the paired gap to MLM's final score; where the spread
-    comes from (fine-tuning seeds, dev pairs, pre-training); the contextual score's ordering."""
-    held = any(r.get("ft_heldout_scores") for r in rows)
-    lines = [f"Mean ± std over pre-training seeds {', '.join(map(str, seeds))} (fine-tuned: the mean over "
-             "fine-tuning seeds of each pre-training seed, then mean ± std over pre-training seeds; points)\n",
-             "| objective | step | eval MLM loss | ctx score (blocks) | ctx score (documents) "
-             "| co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) | fine-tuned dev (acc+F1)/2 "
-             + ("| fine-tuned held-out (acc+F1)/2 |" if held else "|"), "|" + "---|" * (9 if held else 8)]
-    for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows):
-        at = [r for r in rows if r["variant"] == v and r["step"] == step]
-        lines.append(f"| {v} | {step} | {ms([r['eval_mlm_loss'] for r in at])} | {ms([r['ctx_score'] for r in at])} | "
-                     f"{ms([r['ctx_doc_score'] for r in at])} | {ms([r['wordsim_cooc'] for r in at])} | "
-                     f"{ms([r['wordsim_spearman'] for r in at])} | {ms([r['ft_mean'] for r in at], 100, '{:.1f}')} |"
-                     + (f" {ms([r['ft_heldout_mean'] for r in at], 100, '{:.1f}')} |" if held else ""))
-    kinds, others = scores(rows), [v for v in dict.fromkeys(r["variant"] for r in rows) if v != "mlm"]
-    if not kinds or not any(r["variant"] == "mlm" for r in rows):
-        return "\n".join(lines)
-    by_seed = {s: [r for r in rows if r["seed"] == s] for s in seeds}
-    last = max(r["step"] for r in rows if r["variant"] == "mlm")
-    lines += ["", f"### When each objective first reaches MLM's final fine-tuned score (step {last:,}), per seed", "",
-              "| seed | " + " | ".join(f"MLM final, {label} | " + " | ".join(others) for label, _ in kinds.values())
-              + " |",
-              "|" + "---|" * (1 + len(kinds) * (1 + len(others)))]
-    hits = {}
-    for s in seeds:
-        cells = []
-        for label, key in kinds.values():
-            goal = value([r for r in by_seed[s] if r["variant"] == "mlm"][-1], key)
-            cells.append(fmt(goal and 100 * goal, "{:.1f}"))
-            for v in others:
-                hits[label, v, s] = first_match(by_seed[s], v, key)
-                cells.append(f"not by {last:,}" if hits[label, v, s] is None else f"{hits[label, v, s]:,}")
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    lines.append("")
-    for label, _ in kinds.values():
-        for v in others:
-            steps = [hits[label, v, s] for s in seeds]
-            reached = [h for h in steps if h is not None]
-            median = np.median([math.inf if h is None else h for h in steps])
-            lines.append(f"- {v}, {label}: reaches it with {len(reached)} of {len(seeds)} seeds; median step "
-                         + (f"{median:,.0f} ({median / last:.2f} of MLM's steps)" if math.isfinite(median)
-                            else f"not by {last:,}"))
-    lines += gap_lines(rows, seeds, kinds, others, last) + noise_lines(rows, seeds, kinds, others, last)
-    if "taco" in others:
-        pairs = [(a["ctx_score"], b["ctx_score"]) for a in rows if a["variant"] == "taco" and a["step"]
-                 for b in rows if b["variant"] == "mlm" and b["seed"] == a["seed"] and b["step"] == a["step"]]
-        lines.append(f"\nContextual score (blocks): TACO's is above MLM's at {sum(t > m for t, m in pairs)} of "
-                     f"{len(pairs)} (seed, step) checkpoints measured for both.")
-    return "\n".join(lines)
-
-
-def gaps(rows, seeds, v, key, last):
-    """{step: [variant's score at step - MLM's final score, per seed]} (same fine-tuning seeds, same pairs)."""
-    out = {}
-    for s in seeds:
-        mine = [r for r in rows if r["seed"] == s]
-        goal = value([r for r in mine if r["variant"] == "mlm" and r["step"] == last][0], key)
-        for r in mine:
-            if r["variant"] == v and value(r, key) is not None and goal is not None:
-                out.setdefault(r["step"], []).append(value(r, key) - goal)
-    return out
-
-
-def gap_lines(rows, seeds, kinds, others, last):
-    """Per step, each objective's score minus MLM's final score, paired by seed: with the steady
-    score and with the first half of the fine-tuning seeds on the dev pairs."""
-    kinds = [kinds[k] for k in ("heldout", "first") if k in kinds]
-    lines = ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
-             "| objective | step | " + " | ".join(f"{label}: mean ± std | seeds ahead" for label, _ in kinds) + " |",
-             "|" + "---|" * (2 + 2 * len(kinds))]
-    for v in others:
-        per_kind = [gaps(rows, seeds, v, key, last) for _, key in kinds]
-        for step in sorted(per_kind[0]):
-            if not step:
-                continue
-            cells = [f"{ms(g.get(step, []), 100, '{:+.1f}')} | {sum(x >= 0 for x in g.get(step, []))} of "
-                     f"{len(g.get(step, []))}" for g in per_kind]
-            lines.append(f"| {v} | {step} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def noise_lines(rows, seeds, kinds, others, last):
-    """Where the spread over pre-training seeds comes from, per objective and step (points):
-    the spread of one fine-tuning around its checkpoint's mean (pooled over seeds; held-out and
-    dev pairs), that of the seeds' means, the part of it left for pre-training, and the error of
-    one fine-tuned model's 1,000 dev pairs against its held-out score. Then the same for the
-    crossing criterion's gap (objective at a step minus MLM's final)."""
-    if not {"heldout", "dev", "first", "second"} <= set(kinds) or len(seeds) < 2:
-        return []
-    n = len(rows[0]["ft_scores"])
-    lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
-             "| objective | step | one fine-tuning vs its checkpoint's mean, held-out | same, dev 1,000 "
-             f"| pre-training seeds' means ({n} fine-tunings each, held-out) | of which pre-training "
-             "| dev 1,000 minus held-out, one fine-tuned model (mean ± std) |", "|" + "---|" * 7]
-    for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows if r["step"] and r["ft_heldout_scores"]):
-        at = [r for r in rows if r["variant"] == v and r["step"] == step]
-        ft_h = math.sqrt(np.mean([np.var(r["ft_heldout_scores"], ddof=1) for r in at]))
-        ft_d = math.sqrt(np.mean([np.var(r["ft_scores"], ddof=1) for r in at]))
-        between = float(np.std([r["ft_heldout_mean"] for r in at], ddof=1))
-        pre = math.sqrt(max(0.0, between ** 2 - ft_h ** 2 / n))
-        dev_err = ms([d - h for r in at for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], 100, "{:+.1f}")
-        lines.append(f"| {v} | {step} | {100 * ft_h:.1f} | {100 * ft_d:.1f} | {100 * between:.1f} | {100 * pre:.1f} "
-                     f"| {dev_err} |")
-    held, dev_all, first, second = (kinds[k][1] for k in ("heldout", "dev", "first", "second"))
-    lines += ["", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
-              f"pooled over the steps from {last // 2:,} on:"]
-    for v in others:
-        g = {k: gaps(rows, seeds, v, key, last) for k, key in (("h", held), ("d", dev_all), ("a", first), ("b", second))}
-        steps = [s for s in g["h"] if s >= last // 2]
-        halves = [a - b for s in steps for a, b in zip(g["a"][s], g["b"][s])]
-        ft_half = math.sqrt(np.mean(np.square(halves)) / 2)  # one half's fine-tuning noise: Var(a - b) = 2 Var
-        shift = [d - h for s in steps for d, h in zip(g["d"][s], g["h"][s])]
-        dev = float(np.std(shift, ddof=1))
-        old = math.sqrt(ft_half ** 2 + dev ** 2)
-        spread = math.sqrt(np.mean([np.var(g["h"][s], ddof=1) for s in steps]))
-        pre = math.sqrt(max(0.0, spread ** 2 - ft_half ** 2 / 2))  # all seeds: half the variance of a half
-        lines.append(f"- {v}: measured with {n // 2} fine-tuning seeds on the 1,000 dev pairs, the gap carries "
-                     f"{100 * ft_half:.1f} points of fine-tuning noise and {100 * dev:.1f} of dev-pair sampling "
-                     f"({100 * old:.1f} together; the dev pairs also shift it by {100 * np.mean(shift):+.1f} on "
-                     f"average); over pre-training seeds, the held-out gap ({n} seeds) spreads "
-                     f"{100 * spread:.1f} points, {100 * pre:.1f} of them pre-training")
-    return lines
-
-
-def plot(rows, path):
-    """2 x 2 panels, one colour per objective: every pre-training seed as a thin line, their mean
-    as a thick one. matplotlib is optional: a note if it is missing."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("note: pip install matplotlib for the plots; the table above has every number")
-        return
-    held = any(r.get("ft_heldout_scores") for r in rows)
-    ft_key = "ft_heldout_mean" if held else "ft_mean"
-    panels = [("ctx_score", "contextual score (intra - inter cosine; dashed: documents)"),
-              ("wordsim_cooc", "co-occurring words' embedding cosine (Fig. 3a)"),
-              ("eval_mlm_loss", "held-out MLM loss"),
-              (ft_key, f"fine-tuned {'held-out' if held else 'dev'} (acc+F1)/2 (dotted: MLM's final)")]
-    variants, seeds = list(dict.fromkeys(r["variant"] for r in rows)), list(dict.fromkeys(r.get("seed") for r in rows))
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    for ax, (key, title) in zip(axes.flat, panels):
-        for i, v in enumerate(variants):
-            for k, style in [(key, "-"), ("ctx_doc_score", "--")] if key == "ctx_score" else [(key, "-")]:
-                lines = {s: [(r["step"], r[k]) for r in rows if r["variant"] == v and r.get("seed") == s
-                             and value(r, k) is not None] for s in seeds}
-                lines = {s: line for s, line in lines.items() if line}
-                if not lines:
-                    continue
-                if len(lines) > 1:
-                    for line in lines.values():
-                        ax.plot(*zip(*line), style, color=f"C{i}", lw=0.6, alpha=0.35)
-                steps = sorted(set.intersection(*(set(x for x, _ in line) for line in lines.values())))
-                mean = [np.mean([dict(line)[x] for line in lines.values()]) for x in steps]
-                ax.plot(steps, mean, style, marker="o", ms=3, color=f"C{i}", lw=2,
-                        label=(f"{v} (mean of {len(lines)} seeds)" if len(lines) > 1 else v) if style == "-" else None)
-                if k == ft_key and v == "mlm":
-                    ax.axhline(mean[-1], color=f"C{i}", ls=":", lw=1)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("pre-training step")
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    print(f"plot: {path}")
-
-
-# ----------------------------------------------------------------------------- the RetroMAE miniature
+# ----------------------------------------------------------------------------- TaCL's and RetroMAE's miniatures
 
 RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
 
 
-def retromae_study(args, pairs, device):
-    """Stage 0: MLM for --steps. Then mlm, taco and retromae continue from its final weights for
-    --continue_steps each (new optimizer and schedule, as RetroMAE continues bert-base); the init
-    and every final encoder are measured alike -> rows."""
+def miniature_study(args, t0):
+    """One pre-training seed. --tacl: MLM for --steps, then --continue_steps more of TaCL and, as the
+    control, of MLM, both from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's
+    AdamW); OUT/tacl.json, tacl_table.md, tacl_heatmap.png. --retromae: MLM for --steps (OUT/stage0),
+    then mlm, taco and retromae continue from its final weights for --continue_steps each (new
+    optimizer and schedule, as RetroMAE continues bert-base), their [CLS] vectors probed too;
+    OUT/study.json, table.md. The init and every final encoder are measured alike -> rows."""
     seed = args.seed[0]
-    first = plan_run("mlm", args, seed, os.path.join(args.out, "stage0"))
-    stage0 = first[0]
-    cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
-    plan = lambda: {name: plan_run(name, cont, seed, args.out, ["--init", stage0], stage0) for name in RETROMAE_VARIANTS}
+    if args.tacl:
+        first = plan_run("mlm", args, seed, args.out)
+        tail = ["--steps", str(args.continue_steps), "--weight_decay", "0"]
+        plan = lambda: {name: plan_run(name, args, seed, args.out, ["--objective", objective, "--init", first[0], *tail],
+                                       first[0]) for name, objective in (("tacl", "tacl"), ("mlm_continued", "mlm"))}
+    else:
+        first = plan_run("mlm", args, seed, os.path.join(args.out, "stage0"))
+        cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
+        plan = lambda: {name: plan_run(name, cont, seed, args.out, ["--init", first[0]], first[0])
+                        for name in RETROMAE_VARIANTS}
     plan()  # every run in the way refused before any training
     pretrain_all([first], args)
-    plans = plan()  # again: what to reuse depends on stage 0's checkpoint
+    plans = plan()  # again: what to reuse depends on the init's checkpoint
     pretrain_all(list(plans.values()), args)
-    run_dirs = {name: p[0] for name, p in plans.items()}
-    tok = load_tokenizer(os.path.join(stage0, "vocab.txt"))
-    evalset = toy_sentence_eval(args.cache_dir)
-    sts = read_sts(os.path.join(evalset, "sts.tsv"))
-    beir = read_beir(os.path.join(evalset, "retrieval"))
-    cfg = checkpoints.read_json(os.path.join(stage0, "config.json"))["args"]
-    batches = analyze.heldout_batches(cfg["data"], tok, cfg["max_len"], cfg["eval_blocks"], 32, args.cache_dir)
-    ft = finetune_data(args, os.path.join(stage0, "vocab.txt"), device) if args.ft_seeds else {}
-    rows = []
-    for name, run in [("init (MLM stage 0)", stage0)] + list(run_dirs.items()):
-        encoder, _, _, _ = analyze.load_encoder(checkpoints.latest_checkpoint(run))
-        steps = args.steps + (0 if run == stage0 else args.continue_steps)
-        ret = analyze.dense_retrieval(encoder, tok, beir, "dot")
-        res = analyze.analyze(encoder, tok, batches, pairs)
-        weights = {"bert." + k: v for k, v in encoder.state_dict().items()}
-        scores = finetune_scores(encoder.config, weights, args, ft)[0] if args.ft_seeds else []
-        rows.append({"variant": name, "step": steps, **{k: ret[k] for k in ("ndcg@10", "mrr@10", "recall@100")},
-                     "sts_spearman": analyze.sentence_similarity(encoder, tok, sts)["spearman"],
-                     "ctx_score": res["context"]["cosine"]["score"], "wordsim_spearman": res["wordsim"]["spearman"],
-                     **score_fields("ft", scores)})
-        r = rows[-1]
-        print(f"  {name}: nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}, ctx {r['ctx_score']:.3f}"
-              + (f", fine-tuned {100 * r['ft_mean']:.1f}" if scores else ""), flush=True)
+    t_train = time.time() - t0
+    rows, panels = [], {}
+    for name, run in {"mlm (init)" if args.tacl else "init (MLM stage 0)": first[0],
+                      **{name: plan[0] for name, plan in plans.items()}}.items():
+        path = checkpoints.latest_checkpoint(run)
+        rows.append({"variant": name, **measure_checkpoint(run, path, args, sentences=args.retromae)})
+        if args.retromae:  # steps of pre-training in all
+            rows[-1]["step"] = args.steps + (0 if run == first[0] else args.continue_steps)
+        say(name, rows[-1])
+        if args.tacl:  # one sentence's token x token cosines
+            encoder, tok, run_args, _ = analyze.load_encoder(path)
+            tokens, panels[name] = analyze.token_cosines(encoder, tok, analyze.heatmap_sentence(run_args["data"],
+                                                                                              args.cache_dir))
+    times = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
+    save(args.out, args, times, rows, format_tacl_table(rows) if args.tacl else format_retromae_table(rows),
+         name="tacl" if args.tacl else "study", drawn=False)
+    if args.tacl:
+        analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
+    print(f"wall time: {times['total_s']} s ({times['pretrain_s']} s pre-training)")
     return rows
-
-
-def format_retromae_table(rows):
-    lines = ["| objective | steps | retrieval nDCG@10 | MRR@10 | Recall@100 | STS ρ | ctx score | wordsim ρ "
-             "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 9]
-    for r in rows:
-        ft = "–" if r["ft_mean"] is None else f"{100 * r['ft_mean']:.1f} ± {100 * r['ft_std']:.1f}"
-        lines.append(f"| {r['variant']} | {r['step']} | {r['ndcg@10']:.3f} | {r['mrr@10']:.3f} | {r['recall@100']:.3f} | "
-                     f"{r['sts_spearman']:.3f} | {r['ctx_score']:.3f} | {r['wordsim_spearman']:.3f} | {ft} |")
-    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -832,47 +518,56 @@ def main(argv=None):
     p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
     args = p.parse_args(argv)
     t0 = time.time()
-    with cli.errors(), stop_on_signals():
-        miniature = args.tacl or args.retromae
-        if args.ft_seeds is None:
-            args.ft_seeds = [1, 2, 3] if miniature else [1, 2, 3, 4, 5, 6]
-        if args.ft_heldout is None:
-            args.ft_heldout = 0 if miniature else 5000
-        names = [v.strip() for v in args.variants.split(",") if v.strip()]
-        if not names or any(v not in VARIANTS for v in names):
-            raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
-        cli.output_path(args.out, "--out", folder=True)
-        device = cli.device(args.device)
-        if len(set(args.seed)) < len(args.seed):
-            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
-        if miniature and len(args.seed) > 1:
-            raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
-        check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
-        pairs = word_pairs(args)  # a bad file fails before training
-        if args.ft_seeds and args.ft_heldout:
-            toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
-        if args.plot:
-            cli.output_path(args.plot, "--plot", folder=False)
-        if not args.jobs:
-            args.jobs = 1 if device.type == "cuda" or args.launcher else cli.free_cores()
-        args.threads = args.threads or (1 if args.jobs > 1 else 0)
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        print(f"study: {args.jobs} job(s) side by side" + (f", {args.threads} thread(s) each" if args.threads else ""),
-              flush=True)
-        with runs.RunLock(args.out, "--out"):  # one study per folder at a time
-            if args.tacl:
-                return tacl_study(args, pairs, device, t0)
-            if args.retromae:
-                return finish_retromae(args, retromae_study(args, pairs, device), t0)
-            rows, times = study_seeds(args, names)
-            if len(args.seed) > 1:
-                times = {"per_seed": times, **elapsed(t0)}
-                save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
-                     + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
-                       f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
-            print(f"wall time {round(time.time() - t0)} s, CPU time {elapsed(t0)['cpu_s']} s")
-            return rows
+    with cli.errors():
+        try:
+            return study(args, t0)
+        except KeyboardInterrupt as stop:  # cli.Stop (SIGINT, SIGTERM): the `finally` blocks have stopped the children
+            signum = getattr(stop, "signum", signal.SIGINT)
+            print(f"study.py stopped by {signal.Signals(signum).name}; the same command goes on: finished runs and "
+                  "measured seeds are reused, stopped runs resumed", file=sys.stderr)
+            sys.exit(128 + signum)
+
+
+def study(args, t0):
+    """main() once its flags are parsed -> the rows measured."""
+    miniature = args.tacl or args.retromae
+    if args.ft_seeds is None:
+        args.ft_seeds = [1, 2, 3] if miniature else [1, 2, 3, 4, 5, 6]
+    if args.ft_heldout is None:
+        args.ft_heldout = 0 if miniature else 5000
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not names or any(v not in VARIANTS for v in names):
+        raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
+    cli.output_path(args.out, "--out", folder=True)
+    device = cli.device(args.device)
+    if len(set(args.seed)) < len(args.seed):
+        raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
+    if miniature and len(args.seed) > 1:
+        raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
+    check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
+    word_pairs(args)  # a bad file fails before training
+    if args.ft_seeds and args.ft_heldout:
+        toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
+    if args.plot:
+        analyze.picture_path(args.plot, "--plot")
+    if not args.jobs:
+        args.jobs = 1 if device.type == "cuda" or args.launcher else cli.free_cores()
+    args.threads = args.threads or (1 if args.jobs > 1 else 0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"study: {args.jobs} job(s) side by side" + (f", {args.threads} thread(s) each" if args.threads else ""),
+          flush=True)
+    with runs.RunLock(args.out, "--out"):  # one study per folder at a time
+        if miniature:
+            return miniature_study(args, t0)
+        rows, times = study_seeds(args, names)
+        if len(args.seed) > 1:
+            times = {"per_seed": times, **elapsed(t0)}
+            save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
+                 + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
+                   f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
+        print(f"wall time {round(time.time() - t0)} s, CPU time {elapsed(t0)['cpu_s']} s")
+        return rows
 
 
 def elapsed(t0):
@@ -896,41 +591,16 @@ def finished(out, args, seed):
     return None
 
 
-def save(out, args, times, rows, table, single=False):
-    """OUT/study.json (settings, times, every row), OUT/table.md, the printed table, the plot
-    (--plot's path for the study's own folder, else OUT/study.png)."""
-    checkpoints.write_json(os.path.join(out, "study.json"), {"settings": vars(args), "time": times, "rows": rows})
-    checkpoints.atomic_write(os.path.join(out, "table.md"), lambda f: f.write((table + "\n").encode()))
+def save(out, args, times, rows, table, single=False, name="study", drawn=True):
+    """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the
+    printed table, unless not `drawn` the plot (--plot's path for the study's own folder, else OUT/study.png)."""
+    checkpoints.write_json(os.path.join(out, f"{name}.json"), {"settings": vars(args), "time": times, "rows": rows})
+    checkpoints.atomic_write(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"),
+                             lambda f: f.write((table + "\n").encode()))
     if not single or len(args.seed) == 1:
         print(table)
-    plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
-
-
-def tacl_study(args, pairs, device, t0):
-    """--tacl: TaCL's miniature, for one pre-training seed; OUT/tacl.json, tacl_table.md, tacl_heatmap.png."""
-    run_dirs = tacl_runs(args, args.seed[0])
-    t_train = time.time() - t0
-    ft = finetune_data(args, os.path.join(next(iter(run_dirs.values())), "vocab.txt"), device) if args.ft_seeds else {}
-    rows, tokens, panels = measure_final(run_dirs, args, ft, pairs)
-    table = format_tacl_table(rows)
-    wall = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
-    checkpoints.write_json(os.path.join(args.out, "tacl.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    checkpoints.atomic_write(os.path.join(args.out, "tacl_table.md"), lambda f: f.write((table + "\n").encode()))
-    print(table)
-    analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
-    print(f"wall time: {wall['total_s']} s ({wall['pretrain_s']} s pre-training)")
-    return rows
-
-
-def finish_retromae(args, rows, t0):
-    """study.json, table.md and the printed table of the --retromae mode."""
-    table = format_retromae_table(rows)
-    wall = {"total_s": round(time.time() - t0)}
-    checkpoints.write_json(os.path.join(args.out, "study.json"), {"settings": vars(args), "wall": wall, "rows": rows})
-    checkpoints.atomic_write(os.path.join(args.out, "table.md"), lambda f: f.write((table + "\n").encode()))
-    print(table)
-    print(f"wall time: {wall['total_s']} s")
-    return rows
+    if drawn:
+        plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
 
 
 if __name__ == "__main__":
