@@ -24,13 +24,13 @@ OUT/summary.json and a printed table (best configuration per task; mean, std, me
 OUT/best/TASK (the best run's classifier, Hugging Face format). The recipe (FT_RECIPES) follows
 what the model is: a taco toy run gets the toy one, any other model the authors'.
 """
-import contextlib
 import math
 import os
 import sys
 import time
 
-from engine import cli  # before torch: cli sets how idle CPU threads wait
+from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -227,7 +227,8 @@ def predict_file(args):
     labels = tuple(about["labels"]) if about["labels"] else None
     task = Task(about["name"], None, tuple(about["text"]), (*about["text"], about["label"]), labels, ())
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
-    args.device, args.autocast = cli.device(args.device), contextlib.nullcontext()
+    args.device = cli.device(args.device)
+    args.dtype, args.autocast = cli.precision(args.device, "fp32")  # predictions in full precision
     cli.set_threads(args.threads)
     model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x")).to(args.device)
     lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
@@ -277,9 +278,7 @@ def finetune(args):
         raise FinetuneError(f"{vocab} has {tok.vocab_size} tokens but the model was pre-trained with "
                             f"{config.vocab_size}; use the vocab.txt that came with --model")
     args.pad_id = tok.pad_id
-    args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32")
-    args.autocast = (contextlib.nullcontext() if args.dtype == "fp32" else torch.autocast(
-        args.device.type, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float16))
+    args.dtype, args.autocast = cli.precision(args.device, args.dtype)  # bf16 on capable CUDA, else fp32
     results = os.path.join(args.out, "results.jsonl")
     if args.rank == 0:
         print(f"fine-tuning {args.source}: recipe {recipe} ({why}): lr {args.lr:g}, epochs {args.epochs}, warm-up "

@@ -22,9 +22,14 @@ import base64
 import os
 import shutil
 import subprocess
+import sys
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+from engine import cli  # noqa: E402
+cli.start(__name__)  # first: Ctrl-C / SIGTERM / SIGHUP are one line from now on
 
 # module -> functions whose bodies the copy hides: (name, required). A required name must be
 # there; the others are helpers hidden where they exist (code may move between modules).

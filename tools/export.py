@@ -24,10 +24,11 @@ import os
 import shutil
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
 from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
+import torch
+
 from engine import checkpoints
 from model import BertForPreTraining, to_hf_state_dict
 from engine.hf import write_safetensors
