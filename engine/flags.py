@@ -127,6 +127,10 @@ def get_args(argv=None):
     p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
     args = p.parse_args(argv)
+    args.temperature = args.temperature or (0.01 if args.objective == "tacl" else 0.07)
+    if args.weight_decay is None:  # TaCL's AdamW (transformers' default) has none; TACO's scripts 0.01
+        args.weight_decay = 0.0 if args.objective == "tacl" else 0.01
+    args.mlm_probability = args.mlm_probability or (0.3 if args.objective == "retromae" else 0.15)  # RetroMAE's: 30%
     args.recipe = args.recipe_why = None
     args.vocab = args.vocab or (checkpoints.vocab_beside(args.init) if args.init else None)  # the init's own
     if not args.init or (args.size and args.data):  # nothing to read from the init (which may not exist yet: study.py)
@@ -141,10 +145,6 @@ def apply_recipe(args, init=None):
         return
     args.recipe, args.recipe_why = choose_recipe(args, init)
     args.size, recipe = args.size or "tiny", RECIPES[args.recipe]
-    args.temperature = args.temperature or (0.01 if args.objective == "tacl" else 0.07)
-    if args.weight_decay is None:  # TaCL's AdamW (transformers' default) has none; TACO's scripts 0.01
-        args.weight_decay = 0.0 if args.objective == "tacl" else 0.01
-    args.mlm_probability = args.mlm_probability or (0.3 if args.objective == "retromae" else 0.15)  # RetroMAE's: 30%
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
     vars(args).update({k: v for k, v in recipe.items() if getattr(args, k) is None})

@@ -447,7 +447,7 @@ class Run:
         due = done % args.log_every == 0 or done == args.steps
         if not (due or evals):
             return
-        loss, mlm, tc, tp = losses.tolist()
+        loss, mlm, tc, tp, norm = torch.cat([losses, grad_norm.float().reshape(1)]).tolist()  # one host sync
         tok_s = self.tokens_seen / elapsed
         shown = {"loss": loss, "mlm": mlm, aux: tc, "tp": tp if args.predict_all else None}
         shown = {k: f"{v:.3f}" for k, v in shown.items() if k and v is not None}  # each objective's own loss
@@ -464,8 +464,8 @@ class Run:
             self.say(f"step {done}: {held_out}; contextual score {evals['ctx_score']:.3f} (intra "
                      f"{evals['ctx_intra']:.3f} - inter {evals['ctx_inter']:.3f}; within documents "
                      f"{evals['ctx_doc_score']:.3f})")
-        record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm":
-                  grad_norm.item(), "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
+        record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm": norm,
+                  "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
         checkpoints.append_jsonl(self.metrics, {"step": done, **record, **evals})
 
     def estimate(self, per_step, basis):
