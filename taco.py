@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import Batches, load_tokenizer, make_blocks, mask_tokens, rand, retromae_batch
 from engine import checkpoints, runs
@@ -415,7 +416,9 @@ def train(args):
         optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
         scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == "fp16")  # fp16 only: scaled gradients
         start = run.begin(raw, optimizer, scaler, tok, batches, eval_blocks, init)  # refuse to clobber; resume; config.json
-        model = run.wrap(raw)  # torch.compile, DDP
+        model = torch.compile(raw) if args.compile else raw
+        if run.world > 1:  # DDP: every rank's gradients averaged in the backward
+            model = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
 
         for step in run.steps(start):  # a progress bar; a stop signal saves and stops at a step boundary
             lr = get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay

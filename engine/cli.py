@@ -43,18 +43,14 @@ STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill / a sched
 
 
 def start(name):
-    """A script's first call, before it imports torch (`cli.start(__name__)`).
+    """Every script's first call, before it imports torch: `cli.start(__name__)`.
 
-    Idle CPU threads of PyTorch (OpenMP) sleep instead of spinning; libgomp reads this once, when
-    torch loads. On a busy machine spinning threads stall each other (60 steps of `python taco.py`,
+    Idle CPU threads of PyTorch (OpenMP) sleep instead of spinning (libgomp reads this once, when
+    torch loads). On a busy machine spinning threads stall each other (60 steps of `python taco.py`,
     2 threads: 99-127 s spinning, 25-31 s sleeping); on an idle one it made no difference (11.7 and
-    11.6 s, medians of 3). README: Threads.
-
-    Run as a script (name "__main__"), it also keeps the error promise from the first instant: a
-    stop signal before main() sets its own (errors()), while torch loads, is one line and exit
-    128 + its number (there is nothing to clean up yet); the script leads a process group of its
-    own where that does not take it out of the terminal's (_end_children); and a closed or full
-    standard output (`| head -c 1`, `> /dev/full`) drops the lines written to it, never the run."""
+    11.6 s, medians of 3). README: Threads. Run as a script, also: a stop signal before main()'s
+    errors() is one line and exit 128 + its number (nothing to clean up yet); the script leads a
+    process group (_end_children); a closed or full stdout drops its lines, never the run."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if name != "__main__":  # imported (a test, another script): the importer owns its signals and streams
         return

@@ -20,7 +20,6 @@ from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from engine import checkpoints
@@ -185,59 +184,50 @@ def also_missing(args):
 
 
 class Run:
-    """The engineering of one taco.py run. `with Run(args) as run:` sets its state, all of it
-    here, before the loop's first line: torchrun's ranks (or one process), CPU threads, --compile's
-    compiler, the checks across flags (the micro-batch split), --out and its lock, the checkpoint to
-    resume from, the precision. Leaving it releases what the run holds (the lock, the signal
-    handlers, the process group). Then train() calls, in the order it meets them:
-
-        tokens(tok)          the corpus's token array (tokenised once, on rank 0, and cached)
-        begin(...)           refuse to clobber a run or to resume another one; restore a checkpoint;
-                             config.json, vocab.txt, the start line -> the step to start at
-        wrap(raw)            torch.compile, DDP
-        steps(start)         the bar or log lines; SIGINT / SIGTERM / SIGHUP stop at a step boundary
-        reseed(step)         the step's random generators
-        early_estimate(i, n) a first step that takes long: an estimate from its micro-batches
-        agree(step, ...)     one host sync: every rank agrees the step is finite, and on a stop signal
-        log(...), save(...)  the bar, log lines, metrics.jsonl; a checkpoint when due
-        stop_if_signalled()  after saving, every rank stops (exit 130 / 143 / 129)
-        end()                the summary line
+    """The engineering of one taco.py run. `with Run(args) as run:` sets all of its state, before
+    the loop's first line: torchrun's ranks (or one process), CPU threads, --compile's compiler,
+    the checks across flags, --out and its lock, the checkpoint to resume from, the precision.
+    Leaving it releases what the run holds (the lock, the signal handlers, the process group).
+    Then train() calls tokens, begin (-> the step to start at), steps, and in the loop reseed,
+    early_estimate, agree (the step's one host sync), eval_due, log, save, stop_if_signalled; end.
     """
 
     def __init__(self, args):
         self.args = args
 
     def __enter__(self):
-        args, self.exit = self.args, contextlib.ExitStack()
-        self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
-        if self.world > 1:
-            self.exit.callback(dist.destroy_process_group)
-        self.master = self.rank == 0
-        self.threads = cli.set_threads(args.threads)
-        if args.compile:
-            cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
-        self.micro_batches = check_args(args, self.world, self.warn)  # before anything is written
-        self.dtype, self.autocast = cli.precision(self.device, args.dtype)
-        if self.master:  # --out, before anything in it is read or written
-            self.exit.enter_context(RunLock(args.out))
-            checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
-        # the newest valid checkpoint, with --resume or in a worker restarted by torchrun --max_restarts
-        self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
-        self.resume_from = checkpoints.latest_checkpoint(args.out) if args.resume or self.restarted else None
-        # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)
-        unsaved = [checkpoints.stopped_before_first_checkpoint(args.out) if self.master else None]
-        if self.world > 1:
-            dist.broadcast_object_list(unsaved, src=0)
-        self.unsaved = unsaved[0]
-        if args.resume and not (self.resume_from or self.restarted or self.unsaved):
-            raise UsageError(f"--resume: no valid checkpoint in {args.out}")
-        self.resuming = self.resume_from is not None
-        self.checkpoint = checkpoints.load_checkpoint(self.resume_from, checkpoints.RESUME) if self.resuming else None
-        self.start = self.done = self.checkpoint["step"] if self.resuming else 0
-        self.skipped = self.checkpoint.get("skipped", 0) if self.resuming else 0
-        self.signum, self.last_ckpt, self.last_eval, self.estimated = 0, None, None, False
-        self.stop = self.bar = None
-        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        args = self.args
+        with contextlib.ExitStack() as stack:  # released at once if a check below fails, else by __exit__
+            self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
+            if self.world > 1:
+                stack.callback(dist.destroy_process_group)
+            self.master = self.rank == 0
+            self.threads = cli.set_threads(args.threads)
+            if args.compile:
+                cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
+            self.micro_batches = check_args(args, self.world, self.warn)  # before anything is written
+            self.dtype, self.autocast = cli.precision(self.device, args.dtype)
+            if self.master:  # --out, before anything in it is read or written
+                stack.enter_context(RunLock(args.out))
+                checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
+            # the newest valid checkpoint, with --resume or in a worker restarted by torchrun --max_restarts
+            self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
+            self.resume_from = checkpoints.latest_checkpoint(args.out) if args.resume or self.restarted else None
+            # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)
+            unsaved = [checkpoints.stopped_before_first_checkpoint(args.out) if self.master else None]
+            if self.world > 1:
+                dist.broadcast_object_list(unsaved, src=0)
+            self.unsaved = unsaved[0]
+            if args.resume and not (self.resume_from or self.restarted or self.unsaved):
+                raise UsageError(f"--resume: no valid checkpoint in {args.out}")
+            self.resuming = self.resume_from is not None
+            self.checkpoint = checkpoints.load_checkpoint(self.resume_from, checkpoints.RESUME) if self.resuming else None
+            self.start = self.done = self.checkpoint["step"] if self.resuming else 0
+            self.skipped = self.checkpoint.get("skipped", 0) if self.resuming else 0
+            self.signum, self.last_ckpt, self.last_eval, self.estimated = 0, None, None, False
+            self.stop = self.bar = None
+            self.metrics = os.path.join(args.out, "metrics.jsonl")
+            self.exit = stack.pop_all()
         return self
 
     def __exit__(self, *exc):
@@ -367,13 +357,6 @@ class Run:
               f"{args.device_batch_size} | {self.dtype} on {self.device.type}{cpu}"
               + (f" | init {init.source} | recipe {args.recipe} ({args.recipe_why})" if init else "")
               + (f" | resumed at step {start}" if self.resuming else ""))
-
-    def wrap(self, raw):
-        """The module the loop calls: `raw`, compiled with --compile, in DDP under torchrun."""
-        model = torch.compile(raw) if self.args.compile else raw
-        if self.world > 1:
-            model = DDP(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None)
-        return model
 
     def steps(self, start):
         """The steps start .. --steps - 1 under a progress bar (rank 0, on a terminal; elsewhere,
