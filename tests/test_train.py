@@ -290,8 +290,8 @@ def test_init_picks_a_recipe_that_fits_the_init(tmp_path, minilm, quick, run_tac
         args = flags.get_args(argv)
         flags.apply_recipe(args, checkpoints.load_init(args.init))
         return args
-    unread = flags.get_args(["--init", str(tmp_path / "not-there-yet")])
-    assert unread.recipe is None and unread.steps is None and unread.vocab == str(tmp_path / "not-there-yet" / "vocab.txt")
+    unread = flags.get_args(["--init", str(tmp_path / "not-there-yet.pt")])  # parsing opens nothing
+    assert unread.recipe is None and unread.steps is None and unread.vocab == str(tmp_path / "vocab.txt")
     args = with_init(["--init", minilm, "--data", "x.txt"])
     assert (args.recipe, args.lr, args.warmup, args.steps, args.batch_size) == ("continue", 2e-5, 100, 1000, 32)
     assert "Hugging Face model" in args.recipe_why
@@ -432,7 +432,9 @@ def test_documented_gpu_commands_parse(tmp_path):
     assert any(s == "tools/bench.py" and "bf16" in argv for s, argv, _ in commands)
     for script, argv, world in commands:
         if script == "taco.py":
-            flags.check_args(flags.get_args(argv), world)
+            args = flags.get_args(argv)
+            flags.apply_recipe(args, args.init and checkpoints.load_init(args.init))  # an --init's, once loaded
+            flags.check_args(args, world)
         else:
             bench.get_args(argv)
 
