@@ -99,11 +99,7 @@ class _Output:
             self._lost(err)
 
     def _lost(self, err):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, self._stream.fileno())  # what the stream still buffers goes there too
-        os.close(null)
-        with contextlib.suppress(OSError):
-            self._stream.flush()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # what the stream still buffers goes there
         print(f"warning: standard output failed ({err.strerror or err}): its further lines are dropped; "
               f"the results are written as usual", file=sys.stderr)
 
@@ -257,15 +253,12 @@ def check_compile(device):
         import tempfile
         with tempfile.TemporaryDirectory() as tmp:  # one that answers --version may still not compile
             try:
-                r = subprocess.run([cxx, "-x", "c++", "-c", "-", "-o", os.path.join(tmp, "a.o")], input="int f() { return 0; }\n",
-                                   capture_output=True, text=True, timeout=120)
-                said = (r.stderr or r.stdout).strip().splitlines()
-            except (OSError, subprocess.TimeoutExpired) as err:
-                r, said = None, [str(err)]
-        if r is None or r.returncode:
-            raise UsageError(f"--compile needs a working C++ compiler on CPU, and {cxx} cannot compile a test "
-                             f"file ({said[0] if said else 'no output'}): fix it, point $CXX at another, or run "
-                             f"without --compile")
+                subprocess.run([cxx, "-x", "c++", "-c", "-", "-o", os.path.join(tmp, "a.o")], input="int f() { return 0; }",
+                               capture_output=True, text=True, timeout=120, check=True)
+            except (OSError, subprocess.SubprocessError) as err:
+                said = (getattr(err, "stderr", None) or str(err)).strip().splitlines() or ["no output"]
+                raise UsageError(f"--compile needs a working C++ compiler on CPU, and {cxx} cannot compile a test "
+                                 f"file ({said[0]}): fix it, point $CXX at another, or run without --compile") from None
         return
     if importlib.util.find_spec("triton") is None:
         raise UsageError("--compile on CUDA needs Triton (pip install triton), or run without --compile")
