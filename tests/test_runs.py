@@ -430,6 +430,7 @@ def test_resume_in_other_micro_batches_says_what_it_changes(straight, tmp_path, 
     err = capsys.readouterr().err
     assert ("warning: --resume in micro-batches of 4 sequences, not the 8 this run was trained in: TACO draws "
             "its negatives from other sequences of the micro-batch") in err and "(not an exact resume)" in err
-    assert run_taco(quick + ["--out", str(tmp_path / "same"), "--steps", "4"]) == 0
-    assert run_taco(quick + ["--out", str(tmp_path / "same"), "--steps", "8", "--resume"]) == 0
+    same = str(tmp_path / "same")
+    shutil.copytree(straight, same, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
+    assert run_taco(quick + ["--out", same, "--resume"]) == 0
     assert "micro-batches" not in capsys.readouterr().err
