@@ -26,6 +26,15 @@ from model import BertConfig, BertForPreTraining
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 
 
+@pytest.fixture(autouse=True)
+def keep_threads():
+    """A run's --threads sets the process's thread count: the next test gets the count it had
+    (the session's `straight` run, which later tests resume, was trained with it)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def test_tiny_mlm_probability_trains_warns_and_evaluates(tmp_path, capsys, quick, run_taco):
     """End to end: every micro-batch empty (0.0001 x 8 x 30 tokens): a warning up front, a run
     that ends (no "non-finite loss"), an evaluation without MLM numbers (no ZeroDivisionError)."""
