@@ -24,13 +24,13 @@ OUT/summary.json and a printed table (best configuration per task; mean, std, me
 OUT/best/TASK (the best run's classifier, Hugging Face format). The recipe (FT_RECIPES) follows
 what the model is: a taco toy run gets the toy one, any other model the authors'.
 """
-import contextlib
 import math
 import os
 import sys
 import time
 
-from engine import cli  # before torch: cli sets how idle CPU threads wait
+from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -247,7 +247,8 @@ def predict_file(args):
     if os.path.exists(out) and not args.force:
         raise FinetuneError(f"{out} holds the predictions of an earlier --predict; pass --force to replace them, or "
                             f"another --out")
-    args.device, args.autocast = cli.device(args.device), contextlib.nullcontext()
+    args.device = cli.device(args.device)
+    args.dtype, args.autocast = cli.precision(args.device, "fp32")  # predictions in full precision
     cli.set_threads(args.threads)
     try:
         model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x"))
@@ -309,9 +310,7 @@ def finetune(args):
         raise FinetuneError(f"{vocab} has {tok.vocab_size} tokens but the model was pre-trained with "
                             f"{config.vocab_size}; use the vocab.txt that came with --model")
     args.pad_id = tok.pad_id
-    args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32")
-    args.autocast = (contextlib.nullcontext() if args.dtype == "fp32" else torch.autocast(
-        args.device.type, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float16))
+    args.dtype, args.autocast = cli.precision(args.device, args.dtype)  # bf16 on capable CUDA, else fp32
     results = os.path.join(args.out, "results.jsonl")
     if args.rank == 0:
         warmup = "10% of the steps, at most 100" if args.warmup is None else f"{args.warmup:g}"

@@ -16,20 +16,21 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
 from it, the micro-batch and the world size, so every launch above takes the same optimizer steps.
 """
-import contextlib
 from typing import NamedTuple
 
-from engine import cli  # before torch: cli sets how idle CPU threads wait
+from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from data import Batches, mask_tokens, rand, retromae_batch
+from data import Batches, load_tokenizer, make_blocks, mask_tokens, rand, retromae_batch
 from engine import checkpoints, runs
 from engine.cli import UsageError
 from engine.fast import SampledCosines, speed_up
-from engine.flags import RESUMABLE, check_args, get_args
+from engine.flags import apply_recipe, get_args
 from model import Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 
 
@@ -393,66 +394,65 @@ def make_model(args, cfg, init_state=None):
 
 # ----------------------------------------------------------------------------- training
 
-def train(args, cleanup):
+def train(args):
     """Pre-train as `args` say. The loop is the method: data -> mask -> forward -> loss ->
     backward -> step. `run` (runs.Run) is the run's engineering, one call per moment: processes,
-    the output folder, resume, checkpoints, logs, signals. `cleanup` (an ExitStack) releases on
-    any exit what the run holds."""
-    run = runs.Run(args, cleanup)  # torchrun's ranks (or one process), CPU threads
-    check_args(args, run.world, run.warn)  # mistakes across flags, before anything is written; the micro-batch
-    run.open()  # --out and its lock; the checkpoint to resume from
+    the output folder, resume, checkpoints, logs, signals."""
     init = checkpoints.load_init(args.init) if args.init else None  # the weights to continue from
-    tok = run.tokenizer()  # --vocab's; if it is missing, one message names all that is missing
-    cfg = model_config(args, tok, init)
-    train_blocks, eval_blocks = run.data(tok)  # tokenised once and cached; the corpus's tail held out
-    batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)
-    run.prepare(RESUMABLE, init)  # never clobber a run; resume only the same one
+    apply_recipe(args, init)  # with --init and neither --size nor --data: the recipe that fits the init
+    with runs.Run(args) as run:  # ranks, threads, checks across flags, --out's lock, the checkpoint to resume
+        with runs.also_missing(args):  # if the vocab is missing, one message names all that is missing
+            tok = load_tokenizer(args.vocab, args.cache_dir)
+        cfg = model_config(args, tok, init)
+        blocks = make_blocks(run.tokens(tok), args.max_len, tok.cls_id, tok.sep_id)  # tokenised once and cached
+        train_blocks, eval_blocks = blocks.split(len(blocks) - min(args.eval_blocks, len(blocks) // 10))  # tail held out
+        batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)
 
-    torch.manual_seed(args.seed)  # the same init on every rank
-    raw = make_model(args, cfg, init.state if init and not run.resuming else None).to(run.device)
-    teacher = make_teacher(cfg, init.state, args.teacher_dropout == "on", run.device) if args.objective == "tacl" else None
-    for module in filter(None, (raw, teacher) if not args.plain else ()):
-        speed_up(module)  # fast.py's CPU dropout and attention: the same computation, faster
-    optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
-    autocast, scaler = run.precision()
-    start = run.restore(raw, optimizer, scaler)  # when resuming: the checkpoint's weights, optimizer, step
-    model = run.wrap(raw)  # torch.compile, DDP
-    if run.finished(start):  # resumed at --steps or later
-        return
-    run.begin(raw, cfg, tok, batches, eval_blocks, init)  # config.json, vocab.txt, the start line
+        torch.manual_seed(args.seed)  # the same init on every rank
+        raw = make_model(args, cfg, init.state if init and not run.resuming else None).to(run.device)
+        teacher = make_teacher(cfg, init.state, args.teacher_dropout == "on", run.device) if args.objective == "tacl" else None
+        for module in filter(None, (raw, teacher) if not args.plain else ()):
+            speed_up(module)  # fast.py's CPU dropout and attention: the same computation, faster
+        optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
+        scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == "fp16")  # fp16 only: scaled gradients
+        start = run.begin(raw, optimizer, scaler, tok, batches, eval_blocks, init)  # refuse to clobber; resume; config.json
+        model = torch.compile(raw) if args.compile else raw
+        if run.world > 1:  # DDP: every rank's gradients averaged in the backward
+            model = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
 
-    for step in run.steps(start):  # a progress bar; SIGINT / SIGTERM stop at a step boundary, a second at once
-        lr = get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        masking, sampling = run.reseed(step)  # the step's random numbers, from (seed, step, rank)
-        micro_batches = batches.at(step)  # this rank's share of the step's batch (gradient accumulation)
-        losses = torch.zeros(4, device=run.device)  # loss, mlm, tc, tp: means over the micro-batches
-        for i, ids in enumerate(micro_batches):
-            batch = masked_batch(ids, tok, args, masking).to(run.device)
-            run.micro_step(model, i, len(micro_batches))  # DDP: all-reduce in the last backward; an early estimate
-            with autocast:
-                loss, mlm, tc, tp = compute_loss(model, batch, args, sampling, teacher)
-            scaler.scale(loss / len(micro_batches)).backward()
-            losses += torch.stack([loss, mlm, tc, tp]).detach().float() / len(micro_batches)
-        scaler.unscale_(optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
-        if run.finite(step, losses, grad_norm):  # on every rank (one host sync, which also agrees on signals)
-            scaler.step(optimizer)
-            scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        evals = evaluate(raw, eval_blocks, tok, args, run.device) if run.eval_due(step + 1) else {}
-        run.log(step + 1, losses, lr, grad_norm, evals)  # the bar; metrics.jsonl
-        if run.save_due(step + 1):
-            run.save(step + 1, raw, optimizer, scaler)
-        run.stop_if_signalled(step + 1)
-    run.end()
+        for step in run.steps(start):  # a progress bar; a stop signal saves and stops at a step boundary
+            lr = get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            masking, sampling = run.reseed(step)  # the step's random numbers, from (seed, step, rank)
+            micro_batches = batches.at(step)  # this rank's share of the step's batch (gradient accumulation)
+            losses = torch.zeros(4, device=run.device)  # loss, mlm, tc, tp: means over the micro-batches
+            for i, ids in enumerate(micro_batches):
+                batch = masked_batch(ids, tok, args, masking).to(run.device)
+                run.early_estimate(i, len(micro_batches))
+                # DDP: all-reduce the gradients only in the last micro-step's backward (set before the forward)
+                model.require_backward_grad_sync = i == len(micro_batches) - 1
+                with run.autocast:  # bf16 / fp16 forward passes (--dtype); fp32: no autocast
+                    loss, mlm, tc, tp = compute_loss(model, batch, args, sampling, teacher)
+                scaler.scale(loss / len(micro_batches)).backward()
+                losses += torch.stack([loss, mlm, tc, tp]).detach().float() / len(micro_batches)
+            scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
+            if run.agree(step, losses, grad_norm):  # finite on every rank? (the step's one host sync, with signals)
+                scaler.step(optimizer)
+                scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            evals = evaluate(raw, eval_blocks, tok, args, run.device) if run.eval_due(step + 1) else {}
+            run.log(step + 1, losses, lr, grad_norm, evals)  # the bar and metrics.jsonl, every --log_every steps
+            run.save(step + 1, raw, optimizer, scaler)  # every --save_every steps, at the end, on a stop signal
+            run.stop_if_signalled(step + 1)
+        run.end()
 
 
 def main(argv=None):
     """The command line; user mistakes end in one `error:` line (cli.errors, docs/robustness.md)."""
-    with cli.errors(), contextlib.ExitStack() as cleanup:
-        train(get_args(argv), cleanup)
+    with cli.errors():
+        train(get_args(argv))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@ CPU threads, the cache folder, paths given by the user, and the one-line error p
 
 User mistakes end with ONE line `error: ...` on stderr and exit code 2, never a traceback
 (docs/robustness.md). A run's engineering (files, locks, checkpoints, signals) is in runs.py.
-Scripts import cli before torch (see OMP_WAIT_POLICY below), so it imports torch only inside
-the functions that need it.
+Every script calls start() before it imports torch, so cli imports torch only inside the
+functions that need it.
 """
 import argparse
 import contextlib
@@ -39,15 +39,76 @@ class Interrupted(Exception):
         self.signum = signum
 
 
-# Idle CPU threads of PyTorch (OpenMP) sleep instead of spinning. libgomp reads this once, when torch
-# loads: every script imports cli before torch. On a busy machine spinning threads stall each other
-# (60 steps of `python taco.py`, 2 threads: 99-127 s spinning, 25-31 s sleeping); on an idle one
-# it made no difference (11.7 and 11.6 s, medians of 3). README: Threads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill / a scheduler, a closed terminal or ssh
+
+
+def start(name):
+    """Every script's first call, before it imports torch: `cli.start(__name__)`.
+
+    Idle CPU threads of PyTorch (OpenMP) sleep instead of spinning (libgomp reads this once, when
+    torch loads). On a busy machine spinning threads stall each other (60 steps of `python taco.py`,
+    2 threads: 99-127 s spinning, 25-31 s sleeping); on an idle one it made no difference (11.7 and
+    11.6 s, medians of 3). README: Threads. Run as a script, also: a stop signal before main()'s
+    errors() is one line and exit 128 + its number (nothing to clean up yet); the script leads a
+    process group (_end_children); a closed or full stdout drops its lines, never the run."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if name != "__main__":  # imported (a test, another script): the importer owns its signals and streams
+        return
+    for s in STOPS:
+        if signal.getsignal(s) is not signal.SIG_IGN:  # nohup, a background job's SIGINT: stays ignored
+            signal.signal(s, _stopped_early)
+    with contextlib.suppress(OSError):  # a terminal's foreground job keeps its group: Ctrl-C reaches it
+        if os.getpgrp() != os.getpid() and not _in_foreground():
+            os.setpgid(0, 0)
+    if os.getpgrp() == os.getpid():
+        _group.append(os.getpid())
+    sys.stdout = _Output(sys.stdout)
+
+
+def _stopped_early(signum, frame):
+    print("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}", file=sys.stderr)
+    os._exit(128 + signum)
+
+
+def _in_foreground():
+    try:
+        with open("/dev/tty") as tty:
+            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
+    except OSError:  # no terminal
+        return False
+
+
+class _Output:
+    """sys.stdout, whose reader may go away: on a closed pipe (EPIPE) or a full device (ENOSPC) its
+    file descriptor is pointed at /dev/null, once, with a warning; the run and its files go on."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as err:
+            self._lost(err)
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as err:
+            self._lost(err)
+
+    def _lost(self, err):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # what the stream still buffers goes there
+        print(f"warning: standard output failed ({err.strerror or err}): its further lines are dropped; "
+              f"the results are written as usual", file=sys.stderr)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class Stop(KeyboardInterrupt):
-    """SIGINT or SIGTERM outside a training loop, raised where the program is, so that every
+    """SIGINT, SIGTERM or SIGHUP outside a training loop, raised where the program is, so that every
     `with` and `finally` on the way out runs: child processes are ended, a lock is released, a
     temp file removed. A KeyboardInterrupt, so libraries treat it as Ctrl-C."""
 
@@ -164,17 +225,40 @@ def device(spec):
     return dev
 
 
+def precision(device, dtype=None):
+    """--dtype (None: bf16 on capable CUDA, else fp32) -> (its name, the autocast context of the
+    forward passes). On CUDA, fp32 matmuls and convolutions use TF32 (what fp32 runs there keep)."""
+    import torch
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    dtype = dtype or ("bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32")
+    if dtype == "fp32":
+        return dtype, contextlib.nullcontext()
+    return dtype, torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
 def check_compile(device):
     """--compile: torch.compile (inductor) builds C++ kernels on CPU and Triton kernels on CUDA;
     say up front, in one line, when what it needs is missing, not after minutes of work."""
     if device.type == "cpu":
         from torch._inductor import cpp_builder, exc
         try:
-            cpp_builder.get_cpp_compiler()  # PyTorch's own search ($CXX, else g++): runs `--version`
+            cxx = cpp_builder.get_cpp_compiler()  # PyTorch's own search ($CXX, else g++): runs `--version`
         except (exc.InvalidCxxCompiler, OSError):
             raise UsageError(f"--compile needs a working C++ compiler on CPU and found none (tried "
                              f"{os.environ.get('CXX') or 'g++'}): install one (e.g. apt install g++), point $CXX "
                              f"at it, or run without --compile") from None
+        import subprocess
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:  # one that answers --version may still not compile
+            try:
+                subprocess.run([cxx, "-x", "c++", "-c", "-", "-o", os.path.join(tmp, "a.o")], input="int f() { return 0; }",
+                               capture_output=True, text=True, timeout=120, check=True)
+            except (OSError, subprocess.SubprocessError) as err:
+                said = (getattr(err, "stderr", None) or str(err)).strip().splitlines() or ["no output"]
+                raise UsageError(f"--compile needs a working C++ compiler on CPU, and {cxx} cannot compile a test "
+                                 f"file ({said[0]}): fix it, point $CXX at another, or run without --compile") from None
         return
     if importlib.util.find_spec("triton") is None:
         raise UsageError("--compile on CUDA needs Triton (pip install triton), or run without --compile")
@@ -193,7 +277,8 @@ def set_threads(threads=None):
     """Set PyTorch's CPU threads -> (number, where it came from): the --threads flag, else
     $TACO_THREADS, else PyTorch's own choice ($OMP_NUM_THREADS, which torchrun sets to 1 per
     process, or one per core). Float sums depend on the thread count, so the same count gives
-    the same numbers: the default depends on the machine, never on its load."""
+    the same numbers: the default depends on the machine, never on its load. More than 4 per core
+    is refused: it only slows a run down, and thousands crash OpenMP."""
     import torch
     for name, value in (("--threads", threads), ("$TACO_THREADS", os.environ.get("TACO_THREADS"))):
         if value not in (None, ""):
@@ -203,6 +288,9 @@ def set_threads(threads=None):
                 raise UsageError(f"{name} {value!r}: expected a whole number of threads") from None
             if number < 1:
                 raise UsageError(f"{name} {value!r}: expected at least 1 thread")
+            if number > 4 * (cores := os.cpu_count() or 1):
+                raise UsageError(f"{name} {value}: far more threads than the {cores} cores here; pass at most "
+                                 f"{4 * cores} (one per core is fastest)")
             torch.set_num_threads(number)
             return number, name
     return torch.get_num_threads(), "$OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS") else "PyTorch's default"
@@ -273,9 +361,9 @@ def wait_to_be_stopped(code):
 def errors():
     """The error path of every script's main(): user mistakes and unusable files -> one line,
     exit 2; a non-finite loss (FloatingPointError) -> exit 3; a run stopped by a signal ->
-    128 + its number (130, 143). Never a traceback for these.
+    128 + its number (130, 143, 129). Never a traceback for these.
 
-    While it is active, SIGINT and SIGTERM raise Stop where the program is (a training loop
+    While it is active, SIGINT, SIGTERM and SIGHUP raise Stop where the program is (a training loop
     installs its own, gentler handlers: runs.StopSignals); whatever exception a library turns
     the stop into, the exit is the signal's, after every child process has ended (`interrupted`
     / `stopped by SIGTERM`, exit 130 / 143)."""
@@ -324,18 +412,18 @@ def _exit_for(err):
 # ----------------------------------------------------------------------------- signals and child processes
 
 _received = []  # the signals that asked this process to stop; the first one sets the exit code
+_group = []  # the process group the script leads (start())
 _owner = [None]  # the process whose handlers these are (a forked child inherits them)
 
 
 def _stop_on_signals():
-    """Install errors()' handlers for SIGINT and SIGTERM (not where they are ignored, e.g. under
-    nohup or in a background job) and for SIGALRM (_on_alarm); -> the previous handlers."""
+    """Install errors()' handlers for STOPS (not where they are ignored, e.g. under nohup or in
+    a background job) and for SIGALRM (_on_alarm); -> the previous handlers."""
     if threading.current_thread() is not threading.main_thread():
         return {}
     _received.clear()
     _owner[0] = os.getpid()
-    handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
-                if signal.getsignal(s) is not signal.SIG_IGN}
+    handlers = {s: signal.signal(s, _on_signal) for s in STOPS if signal.getsignal(s) is not signal.SIG_IGN}
     return {**handlers, signal.SIGALRM: signal.signal(signal.SIGALRM, _on_alarm)} if handlers else {}
 
 
@@ -368,32 +456,34 @@ def _on_alarm(signum, frame):
         raise Stop(_received[0])
 
 
-def _children():
-    """Pids of this process's live children (Linux /proc; elsewhere none are found)."""
-    me, kids = str(os.getpid()), []
-    with contextlib.suppress(OSError):
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
-            except (OSError, ValueError):
-                continue
-            if ppid == me and state != "Z":
-                kids.append(int(pid))
-    return kids
-
-
 def _end_children(grace=30.0):
-    """After a signal, the children still alive (a pool that was never ended, a subprocess) get
-    SIGTERM, and SIGKILL if still there after `grace` seconds: nothing this process started
-    outlives it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in _children():
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while _children() and time.monotonic() < deadline:
+    """After a signal, the processes this script started that are still alive (a pool that was
+    never ended, a subprocess) get SIGTERM, and SIGKILL if still there after `grace` seconds:
+    nothing this process started outlives it. They are the other members of its process group,
+    which start() makes it lead (in a shell pipeline it starts, `python taco.py | tee log`, the
+    pipeline's other commands too); where it does not lead one (a terminal's foreground job, not
+    its first command), the terminal's Ctrl-C reaches them itself."""
+    group = os.getpgrp()
+    if group not in _group or group != os.getpid():  # not the script's own group (a test's process, a fork)
+        return
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # not this process itself
+    with contextlib.suppress(OSError):
+        os.killpg(group, signal.SIGTERM)
+    signal.signal(signal.SIGTERM, old)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(-group, os.WNOHANG)  # reaps one that ended; raises once none is left
+        except ChildProcessError:
+            return
+        time.sleep(0.05)
+    if os.fork() == 0:  # SIGKILL cannot spare its sender: a child leaves the group, and kills it once this process is gone
+        os.setpgid(0, 0)
+        while os.getppid() == group:
             time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
+        os._exit(0)
 
 
 # ----------------------------------------------------------------------------- paths

@@ -2,6 +2,7 @@
 that fits), and the checks of mistakes across flags, made before anything is written.
 
     args = get_args(argv)                     # parses; reads no file
+    apply_recipe(args, init)                  # an --init's recipe, once the init is loaded (taco.train)
     micro_batches = check_args(args, world)   # the micro-batch split; refuses what cannot run
 """
 from engine import checkpoints, cli
@@ -12,14 +13,19 @@ from engine.toy import is_toy_vocab
 # --size -> training recipe (docs/paper.md: where each value comes from). tiny/mini are ours: the toy corpus trains in
 # minutes on a laptop CPU; small/base are the authors' (train_small.sh, train_base.sh; the paper's Sec. 4.1), medium/large
 # follow them; "continue" is for --init of a trained model (choose_recipe; its sources: docs/model.md).
+# Checkpoints and evaluations of the paper's sizes cost under 1% of the wall time on 8 GPUs: a base step
+# of 1280 x 256 tokens takes 0.05-0.08 s there and a save (1.31 GB, the other ranks waiting) up to 8.7 s,
+# so every 25,000 steps (>= 1,250 s of training) is <= 0.70%; an evaluation (64 blocks, ~1 s) every 10,000
+# steps (>= 500 s) <= 0.20%. Large takes ~3x both, small and medium less of both (docs/speed.md).
+PAPER_CADENCE = dict(save_every=25_000, eval_every=10_000)
 RECIPES = {
-    "tiny": dict(steps=600, warmup=60, batch_size=32, max_len=128, lr=1e-3),
-    "mini": dict(steps=3000, warmup=300, batch_size=64, max_len=128, lr=5e-4),
-    "small": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4),
-    "medium": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4),
-    "base": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
-    "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4),
-    "continue": dict(steps=1000, warmup=100, batch_size=32, max_len=128, lr=2e-5),
+    "tiny": dict(steps=600, warmup=60, batch_size=32, max_len=128, lr=1e-3, save_every=200, eval_every=100),
+    "mini": dict(steps=3000, warmup=300, batch_size=64, max_len=128, lr=5e-4, save_every=200, eval_every=100),
+    "small": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4, **PAPER_CADENCE),
+    "medium": dict(steps=250_000, warmup=2_500, batch_size=1280, max_len=256, lr=1e-4, **PAPER_CADENCE),
+    "base": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4, **PAPER_CADENCE),
+    "large": dict(steps=500_000, warmup=10_000, batch_size=1280, max_len=256, lr=1e-4, **PAPER_CADENCE),
+    "continue": dict(steps=1000, warmup=100, batch_size=32, max_len=128, lr=2e-5, save_every=200, eval_every=100),
 }
 
 # The paper's corpora (Wikipedia + BookCorpus, bert-base-uncased vocab) for --size small and
@@ -32,8 +38,18 @@ RESUMABLE = {"recipe", "recipe_why", "out", "resume", "force", "save_every", "ev
              "skip_nonfinite", "compile", "plain_tc", "plain", "threads", "num_proc", "cache_dir", "device", "device_batch_size"}
 
 
+class FlagParser(cli.ArgumentParser):
+    """A mistake in taco's flags is raised (main's cli.errors makes it one line), so that another
+    tool (study.py) parses them as a plain call."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
 def get_args(argv=None):
-    p = cli.ArgumentParser(description="TACO / MLM pre-training of BERT.", formatter_class=cli.HelpFormatter)
+    """taco.py's flags, the recipe's defaults filled in, reading no file. Where the recipe depends on
+    the --init model (neither --size nor --data given), args.recipe is None until apply_recipe."""
+    p = FlagParser(description="TACO / MLM pre-training of BERT.", formatter_class=cli.HelpFormatter)
     # model and objective
     p.add_argument("--size", default=None, choices=SIZES, help="model size (default tiny) and its recipe (RECIPES)")
     p.add_argument("--objective", default="taco", choices=["taco", "mlm", "tacl", "retromae"],
@@ -101,36 +117,48 @@ def get_args(argv=None):
     cli.add_threads_flag(p)
     # output
     p.add_argument("--out", default="runs/taco", help="run directory: config, metrics, checkpoints")
-    p.add_argument("--save_every", type=int_range(1), default=200, help="checkpoint every N steps (and at the end)")
-    p.add_argument("--eval_every", type=int_range(1), default=100, help="evaluate every N steps (and at the end)")
+    p.add_argument("--save_every", type=int_range(1), default=None,
+                   help="checkpoint every N steps, and at the end (default: the recipe's)")
+    p.add_argument("--eval_every", type=int_range(1), default=None,
+                   help="evaluate every N steps, and at the end (default: the recipe's)")
     p.add_argument("--log_every", type=int_range(1), default=10, help="write metrics.jsonl every N steps")
     p.add_argument("--keep_last", type=int_range(1), default=3, help="checkpoints kept in --out")
     p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
     p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
     args = p.parse_args(argv)
-    args.recipe, args.recipe_why = choose_recipe(args)
-    args.size, recipe = args.size or "tiny", RECIPES[args.recipe]
     args.temperature = args.temperature or (0.01 if args.objective == "tacl" else 0.07)
     if args.weight_decay is None:  # TaCL's AdamW (transformers' default) has none; TACO's scripts 0.01
         args.weight_decay = 0.0 if args.objective == "tacl" else 0.01
     args.mlm_probability = args.mlm_probability or (0.3 if args.objective == "retromae" else 0.15)  # RetroMAE's: 30%
+    args.recipe = args.recipe_why = None
+    args.vocab = args.vocab or (checkpoints.vocab_beside(args.init) if args.init else None)  # the init's own
+    if not args.init or (args.size and args.data):  # nothing to read from the init (which may not exist yet: study.py)
+        apply_recipe(args)
+    return args
+
+
+def apply_recipe(args, init=None):
+    """Fill in the recipe's defaults (RECIPES): --size's, or with an --init that needs it read, one
+    that fits the loaded init (choose_recipe). Does nothing if get_args applied it already."""
+    if args.recipe is not None:
+        return
+    args.recipe, args.recipe_why = choose_recipe(args, init)
+    args.size, recipe = args.size or "tiny", RECIPES[args.recipe]
     if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
         args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
     vars(args).update({k: v for k, v in recipe.items() if getattr(args, k) is None})
     args.data = args.data or ("toy" if args.recipe in TOY_SIZES or args.init else PAPER_DATA)  # --init: a toy model's
-    if args.vocab is None:  # the init's own vocabulary, else the data's usual one
-        args.vocab = checkpoints.vocab_beside(args.init) if args.init else "toy" if args.data == "toy" else "bert-base-uncased"
-    return args
+    args.vocab = args.vocab or ("toy" if args.data == "toy" else "bert-base-uncased")  # the data's usual one
 
 
-def choose_recipe(args):
-    """-> (RECIPES key, why): --size's, or with --init one that fits the init (docs/model.md)."""
+def choose_recipe(args, init=None):
+    """-> (RECIPES key, why): --size's, or with --init (loaded: `init`) one that fits it (docs/model.md)."""
     if not args.init:
         return args.size or "tiny", "--size"
-    if args.size and args.data:  # nothing to read from the init (which may not exist yet: study.py)
+    if args.size and args.data:
         return args.size, "--size as given"
-    source, run = checkpoints.trained_with(args.init)
+    source, run = checkpoints.trained_with(init.source)
     if args.data is None and not is_toy_vocab(checkpoints.vocab_beside(source), args.cache_dir):  # no toy corpus for it
         raise UsageError(f"--init {args.init} has its own vocabulary: pass --data, the text to continue it on")
     if args.size or (run and run["recipe"] in TOY_SIZES):  # a toy run continues as it was trained

@@ -20,14 +20,13 @@ from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from engine import checkpoints
 from engine import cli
-from engine.cli import UsageError
-from data import DataError, load_tokenizer, make_blocks
+from engine.cli import DataError, UsageError
 from engine.corpus import cached_tokens, tokenize_corpus, tokens_sha256, unavailable
+from engine.flags import RESUMABLE, check_args
 
 
 # ----------------------------------------------------------------------------- one run per folder, signals
@@ -80,7 +79,7 @@ class RunLock:
 
 
 class StopSignals:
-    """While active, a first SIGINT / SIGTERM sets `signum`: the loop saves and stops at the next
+    """While active, a first SIGINT / SIGTERM / SIGHUP sets `signum`: the loop saves and stops at the next
     step boundary. A second one, of either kind, stops the process at once, exit 128 + its number,
     after printing `at_once(its name)` (what is saved). A step can take minutes on a CPU, much of
     it in one backward pass, during which Python runs no signal handler: a thread sees each
@@ -92,7 +91,7 @@ class StopSignals:
 
     def __enter__(self):
         self.signum, self.seen = 0, 0
-        self.old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.old = {s: signal.signal(s, self._handle) for s in cli.STOPS if signal.getsignal(s) is not signal.SIG_IGN}
         self.wake = socket.socketpair()  # the interpreter writes each signal's number into wake[1]
         self.wake[1].setblocking(False)
         self.old_fd = signal.set_wakeup_fd(self.wake[1].fileno(), warn_on_full_buffer=False)
@@ -104,7 +103,7 @@ class StopSignals:
 
     def _watch(self):
         while (signum := self.wake[0].recv(1)[0]) != 0:  # 0: __exit__ ends the watch
-            if signum not in (signal.SIGINT, signal.SIGTERM):
+            if signum not in cli.STOPS:
                 continue
             self.seen += 1
             name = signal.Signals(signum).name
@@ -151,13 +150,6 @@ def setup_distributed(device_arg):
     return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
 
 
-def all_ranks_max(flags):
-    """The elementwise maximum of a tensor of flags over all ranks, as floats (one host sync)."""
-    if dist.is_initialized():
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    return flags.tolist()
-
-
 def gather_pool(keys, real, group):
     """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T)
     of every rank's micro-batch, in rank order, and the rows of this rank's sequences among them.
@@ -179,43 +171,67 @@ def step_seed(seed, step, rank):
 
 # ----------------------------------------------------------------------------- a pre-training run
 
+@contextlib.contextmanager
+def also_missing(args):
+    """Around loading --vocab: if it cannot be had, --data is checked too (without loading it), so
+    that one message names everything missing (the paper's run offline: both)."""
+    try:
+        yield
+    except DataError as err:
+        if also := unavailable(args.data, args.cache_dir):
+            raise DataError(f"{err}; {also}") from None
+        raise
+
+
 class Run:
-    """The engineering of one taco.py run, in the order train() meets it:
-
-        Run(args, cleanup)          torchrun's ranks (or one process), CPU threads
-        warn(message)               a `warning:` line, from rank 0 only
-        open()                      --out and its lock; the checkpoint to resume from
-        tokenizer()                 --vocab's (if it is missing, one message names all that is missing)
-        data(tok)                   the corpus as blocks (tokenised once, on rank 0, and cached)
-        prepare(resumable, init)    refuse to clobber another run or to resume with other settings
-        precision()                 autocast and the fp16 gradient scaler
-        restore(raw, opt, scaler)   weights, optimizer and step of the checkpoint, when resuming
-        wrap(raw)                   torch.compile, DDP
-        finished(start)             a resumed run already at --steps: nothing to do
-        begin(...)                  config.json, vocab.txt, the start line (what the run will cost)
-        steps(start)                the bar or log lines; SIGINT / SIGTERM stop at a step boundary, twice at once
-        reseed(step)                the step's random generators
-        micro_step(model, i, n)     under DDP, whether this micro-step's backward all-reduces; an early estimate
-        finite(step, losses, norm)  every rank agrees the step is finite (the same sync agrees on signals)
-        eval_due(done), log(...)    when to evaluate; the bar, log lines, an estimate, metrics.jsonl
-        save_due(done), save(...)   when to checkpoint (a stop signal makes it now); the checkpoint
-        stop_if_signalled(done)     after saving, every rank stops (exit 130 / 143)
-        end()                       the summary line
-
-    `cleanup` (an ExitStack) releases on any exit what the run holds: the lock, the signal
-    handlers, the process group.
+    """The engineering of one taco.py run. `with Run(args) as run:` sets all of its state, before
+    the loop's first line: torchrun's ranks (or one process), CPU threads, --compile's compiler,
+    the checks across flags, --out and its lock, the checkpoint to resume from, the precision.
+    Leaving it releases what the run holds (the lock, the signal handlers, the process group).
+    Then train() calls tokens, begin (-> the step to start at), steps, and in the loop reseed,
+    early_estimate, agree (the step's one host sync), eval_due, log, save, stop_if_signalled; end.
     """
 
-    def __init__(self, args, cleanup):
-        self.args, self.cleanup = args, cleanup
-        self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
-        if self.world > 1:
-            cleanup.callback(dist.destroy_process_group)
-        self.master = self.rank == 0
-        self.threads = cli.set_threads(args.threads)
-        if args.compile:
-            cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
-        self.skipped, self.signum, self.last_ckpt, self.last_eval = 0, 0, None, None
+    def __init__(self, args):
+        self.args = args
+
+    def __enter__(self):
+        args = self.args
+        with contextlib.ExitStack() as stack:  # released at once if a check below fails, else by __exit__
+            self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
+            if self.world > 1:
+                stack.callback(dist.destroy_process_group)
+            self.master = self.rank == 0
+            self.threads = cli.set_threads(args.threads)
+            if args.compile:
+                cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
+            self.micro_batches = check_args(args, self.world, self.warn)  # before anything is written
+            self.dtype, self.autocast = cli.precision(self.device, args.dtype)
+            if self.master:  # --out, before anything in it is read or written
+                stack.enter_context(RunLock(args.out))
+                checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
+            # the newest valid checkpoint, with --resume or in a worker restarted by torchrun --max_restarts
+            self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
+            self.resume_from = checkpoints.latest_checkpoint(args.out) if args.resume or self.restarted else None
+            # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)
+            unsaved = [checkpoints.stopped_before_first_checkpoint(args.out) if self.master else None]
+            if self.world > 1:
+                dist.broadcast_object_list(unsaved, src=0)
+            self.unsaved = unsaved[0]
+            if args.resume and not (self.resume_from or self.restarted or self.unsaved):
+                raise UsageError(f"--resume: no valid checkpoint in {args.out}")
+            self.resuming = self.resume_from is not None
+            self.checkpoint = checkpoints.load_checkpoint(self.resume_from, checkpoints.RESUME) if self.resuming else None
+            self.start = self.done = self.checkpoint["step"] if self.resuming else 0
+            self.skipped = self.checkpoint.get("skipped", 0) if self.resuming else 0
+            self.signum, self.last_ckpt, self.last_eval, self.estimated = 0, None, None, False
+            self.stop = self.bar = None
+            self.metrics = os.path.join(args.out, "metrics.jsonl")
+            self.exit = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc):
+        self.exit.close()
 
     def warn(self, message):
         if self.master:
@@ -226,94 +242,81 @@ class Run:
         if self.master:
             tqdm.write(line, file=sys.stderr)
 
-    def open(self):
-        """Take --out (rank 0) before anything in it is read or written; find the newest valid
-        checkpoint to resume from (--resume, or a worker restarted by torchrun --max_restarts)."""
+    def tokens(self, tok):
+        """The corpus as one token array (a memory map). Rank 0 tokenises and caches (hours for the
+        paper's corpora); the others wait for its verified cache, not in a collective that would
+        time out (NCCL: 10 min); torchrun ends them if rank 0 fails."""
         args = self.args
         if self.master:
-            self.cleanup.enter_context(RunLock(args.out))
-            checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
-        self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
-        self.resume_from = checkpoints.latest_checkpoint(args.out) if args.resume or self.restarted else None
-        # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)
-        unsaved = [checkpoints.stopped_before_first_checkpoint(args.out) if self.master else None]
-        if self.world > 1:
-            dist.broadcast_object_list(unsaved, src=0)
-        self.unsaved = unsaved[0]
-        if args.resume and not (self.resume_from or self.restarted or self.unsaved):
-            raise UsageError(f"--resume: no valid checkpoint in {args.out}")
-        self.resuming = self.resume_from is not None
+            return tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
+        while (tokens := cached_tokens(args.data, tok, args.cache_dir)) is None:
+            time.sleep(2)
+        return tokens
 
-    def tokenizer(self):
-        """--vocab's tokenizer. If it cannot be had, --data is checked too (without loading it),
-        so that one message names everything missing (the paper's run offline: both)."""
-        try:
-            return load_tokenizer(self.args.vocab, self.args.cache_dir)
-        except DataError as err:
-            also = unavailable(self.args.data, self.args.cache_dir)
-            if also:
-                raise DataError(f"{err}; {also}") from None
-            raise
-
-    def data(self, tok):
-        """-> (training blocks, held-out blocks: the corpus's tail). Rank 0 tokenises and caches
-        (hours for the paper's corpora); the others wait for its verified cache, not in a collective
-        that would time out (NCCL: 10 min); torchrun ends them if rank 0 fails. Records what the
-        run depends on: the vocabulary's and the token array's checksums."""
-        args = self.args
+    def begin(self, raw, optimizer, scaler, tok, batches, eval_blocks, init=None):
+        """Refuse to clobber another run or to resume with other settings or inputs; when resuming,
+        restore the checkpoint's weights, optimizer and scaler. Then rank 0 writes config.json (every
+        resolved setting) and vocab.txt, drops the metrics logged after the checkpoint, and prints
+        the start line. -> the step to start at (a run resumed at --steps: nothing to do, said)."""
+        args, cfg = self.args, raw.config
+        self.cfg, self.steps_per_epoch, self.n_eval = cfg, batches.per_epoch, len(eval_blocks)
+        # what the run depends on: the vocabulary's and the token array's checksums
+        self.depends = {"vocab_sha256": checkpoints.sha256(tok.vocab_file),
+                        "tokens_sha256": tokens_sha256(args.data, tok, args.cache_dir)}
         if self.master:
-            tokens = tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
-        else:
-            while (tokens := cached_tokens(args.data, tok, args.cache_dir)) is None:
-                time.sleep(2)
-        self.depends = {"vocab_sha256": checkpoints.sha256(tok.vocab_file), "tokens_sha256": tokens_sha256(args.data, tok, args.cache_dir)}
-        blocks = make_blocks(tokens, args.max_len, tok.cls_id, tok.sep_id)  # cut per batch from the memmap
-        n_eval = min(args.eval_blocks, len(blocks) // 10)
-        return blocks.split(len(blocks) - n_eval)
-
-    def prepare(self, resumable, init=None):
-        """Refuse to clobber another run; on resume, refuse a changed configuration (the settings
-        compared are the checkpoint's own; config.json is a copy for people to read); a resumed
-        TaCL run must find the same --init its teacher was built from."""
-        args = self.args
-        self.checkpoint = checkpoints.load_checkpoint(self.resume_from, checkpoints.RESUME) if self.resuming else None
-        if self.master:
-            if self.resuming:
-                old = self.checkpoint["args"]
-                changed = sorted(k for k, v in vars(args).items() if k not in resumable and old.get(k) != v)
-                if changed and not args.force:
-                    raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
-                                     f"{', '.join(changed)}; pass --force to accept them")
-                check_same_inputs(self.checkpoint.get("depends"), self.depends, args, self.warn)
-                if args.objective == "tacl" and not args.force:
-                    check_teacher_unchanged(args.out, init.source)
-            elif os.path.exists(os.path.join(args.out, "config.json")) or checkpoints.list_checkpoints(args.out):
-                if not (args.force or self.restarted or self.unsaved):
-                    raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
-                                     f"--force to overwrite it, or another --out")
-                if self.unsaved and not (args.force or self.restarted):
-                    first, logged = self.unsaved[1], self.unsaved[0]
-                    print(f"note: {args.out} holds a run that stopped before its first checkpoint (step {first}; "
-                          f"its log ends at step {logged}): nothing to lose, starting it over", file=sys.stderr)
-                for name in os.listdir(args.out):
-                    if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
-                        os.remove(os.path.join(args.out, name))
+            self.check_resume(init) if self.resuming else self.check_clobber()
         if self.world > 1:
             dist.barrier()
+        if self.resuming:
+            self.restore(raw, optimizer, scaler)
+        if self.start >= args.steps:
+            if self.master:
+                print(f"{args.out} is already at step {self.start} (--steps {args.steps}): nothing to do")
+            return self.start
+        if self.master:
+            self.write_config(raw, tok, batches, eval_blocks, init)
+        return self.start
 
-    def precision(self):
-        """-> (autocast context, GradScaler): --dtype, by default bf16 on capable CUDA, else fp32;
-        the scaler is on for fp16 only."""
-        cuda = self.device.type == "cuda"
-        self.dtype = self.args.dtype or ("bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32")
-        autocast = (contextlib.nullcontext() if self.dtype == "fp32" else
-                    torch.autocast(self.device.type, dtype=torch.bfloat16 if self.dtype == "bf16" else torch.float16))
-        return autocast, torch.amp.GradScaler(self.device.type, enabled=self.dtype == "fp16")
+    def check_resume(self, init):
+        """The settings compared are the checkpoint's own (config.json is a copy for people to read);
+        a resumed TaCL run must find the same --init its teacher was built from."""
+        args, old = self.args, self.checkpoint["args"]
+        recorded = self.checkpoint.get("depends") if isinstance(self.checkpoint.get("depends"), dict) else {}
+        same_vocab = recorded.get("vocab_sha256") == self.depends["vocab_sha256"]  # the run's own OUT/vocab.txt
+        changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and old.get(k) != v
+                         and not (k == "vocab" and same_vocab))
+        if changed and not args.force:
+            raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
+                             f"{', '.join(changed)}; pass --force to accept them")
+        check_same_inputs(recorded, self.depends, args, self.warn)
+        if old.get("device_batch_size") not in (None, args.device_batch_size):
+            self.warn(f"--resume in micro-batches of {args.device_batch_size} sequences, not the "
+                      f"{old['device_batch_size']} this run was trained in: "
+                      + ("TACO draws its negatives from other sequences of the micro-batch, so from here on "
+                         "from another pool" if args.objective == "taco" else "the loss is averaged over other "
+                         "micro-batches") + " (not an exact resume)")
+        if args.objective == "tacl" and not args.force:
+            check_teacher_unchanged(args.out, init.source)
+
+    def check_clobber(self):
+        """A new run in a folder that holds one: only with --force (or one stopped before its first
+        checkpoint, or torchrun's restart); its files go."""
+        args = self.args
+        if not (os.path.exists(os.path.join(args.out, "config.json")) or checkpoints.list_checkpoints(args.out)):
+            return
+        if not (args.force or self.restarted or self.unsaved):
+            raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
+                             f"--force to overwrite it, or another --out")
+        if self.unsaved and not (args.force or self.restarted):
+            first, logged = self.unsaved[1], self.unsaved[0]
+            print(f"note: {args.out} holds a run that stopped before its first checkpoint (step {first}; "
+                  f"its log ends at step {logged}): nothing to lose, starting it over", file=sys.stderr)
+        for name in os.listdir(args.out):
+            if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
+                os.remove(os.path.join(args.out, name))
 
     def restore(self, raw, optimizer, scaler):
-        """Resuming: the checkpoint's weights, optimizer and scaler state -> the step to start at."""
-        if not self.resuming:
-            return 0
+        """The checkpoint's weights, optimizer and scaler state."""
         ckpt, args = self.checkpoint, self.args
         try:
             raw.load_state_dict(ckpt["model"])
@@ -329,31 +332,10 @@ class Run:
             raise UsageError(f"{self.resume_from} holds another model ({cfg.get('hidden_size')} hidden, "
                              f"{cfg.get('num_hidden_layers')} layers) or optimizer than --size {args.size} builds; "
                              f"resume with its settings or start a new --out") from err
-        self.skipped = ckpt.get("skipped", 0)
-        return ckpt["step"]
 
-    def wrap(self, raw):
-        """The module the loop calls: `raw`, compiled with --compile, in DDP under torchrun."""
-        model = torch.compile(raw) if self.args.compile else raw
-        if self.world > 1:
-            model = DDP(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None)
-        return model
-
-    def finished(self, start):
-        """A run resumed at --steps or later has nothing to do: say so."""
-        if start >= self.args.steps and self.master:
-            print(f"{self.args.out} is already at step {start} (--steps {self.args.steps}): nothing to do")
-        return start >= self.args.steps
-
-    def begin(self, raw, cfg, tok, batches, eval_blocks, init=None):
-        """Rank 0 writes config.json (every resolved setting) and vocab.txt, drops the metrics
-        logged after the checkpoint it resumes from, and prints the start line."""
-        args, start = self.args, self.checkpoint["step"] if self.resuming else 0
-        train_blocks, accum = batches.blocks, batches.accumulation
-        self.cfg, self.steps_per_epoch, self.n_eval = cfg, batches.per_epoch, len(eval_blocks)
-        self.metrics = os.path.join(args.out, "metrics.jsonl")
-        if not self.master:
-            return
+    def write_config(self, raw, tok, batches, eval_blocks, init):
+        """Rank 0: config.json, vocab.txt, the metrics up to the checkpoint, the start line."""
+        args, cfg, start, accum, train_blocks = self.args, self.cfg, self.start, batches.accumulation, batches.blocks
         params = sum(p.numel() for p in raw.parameters())
         logged = checkpoints.read_jsonl(self.metrics) if self.resuming and os.path.exists(self.metrics) else []
         checkpoints.write_json(os.path.join(args.out, "config.json"), {
@@ -378,13 +360,12 @@ class Run:
 
     def steps(self, start):
         """The steps start .. --steps - 1 under a progress bar (rank 0, on a terminal; elsewhere,
-        such as a log file, a line every --log_every steps). From here on a first SIGINT / SIGTERM
-        asks the loop to save and stop at the next step boundary; a second one stops at once."""
-        self.stop = self.cleanup.enter_context(StopSignals(self.master and self.say, self.stopped_at_once))
+        such as a log file, a line every --log_every steps). From here on a first stop signal asks
+        the loop to save and stop at the next step boundary; a second one stops at once."""
+        self.stop = self.exit.enter_context(StopSignals(self.master and self.say, self.stopped_at_once))
         self.plain = not sys.stderr.isatty()  # tqdm would write ~250 bytes a step into a log
         self.bar = tqdm(range(start, self.args.steps), initial=start, total=self.args.steps,
                         disable=not self.master or self.plain, dynamic_ncols=True, desc="train")
-        self.start, self.done, self.estimated = start, start, False
         self.tokens_seen, self.t0 = 0, time.time()
         return self.bar
 
@@ -403,23 +384,23 @@ class Run:
             sampling = torch.Generator(device).manual_seed(step_seed(seed + 2, step, 0))
         return masking, sampling
 
-    def micro_step(self, model, i, n):
-        """Before micro-batch i of n: under DDP, all-reduce the gradients in its backward only if it
-        is the last. A first step that takes long (minutes on a CPU) gives the estimate from its
-        first micro-batches, after 30 s."""
-        if self.world > 1:
-            model.require_backward_grad_sync = i == n - 1
+    def early_estimate(self, i, n):
+        """Before micro-batch i of n: a first step that takes long (minutes on a CPU) gives the
+        estimate from its first micro-batches, after 30 s."""
         elapsed = time.time() - self.t0
         if i and self.done == self.start and elapsed >= 30:
             self.estimate(elapsed / i * n, f"the first {i} of a step's {n} micro-batches")
 
-    def finite(self, step, losses, grad_norm):
-        """True if the step's losses and gradient norm are finite on every rank (fp16's scaler
-        handles overflowing gradients itself). One host sync, which also agrees on a stop signal.
-        A non-finite step stops the run (exit 3), or with --skip_nonfinite is skipped and counted."""
+    def agree(self, step, losses, grad_norm):
+        """The step's one host sync: every rank agrees whether its losses and gradient norm are
+        finite (fp16's scaler handles overflowing gradients itself) and whether a stop signal came,
+        in one all-reduce of two flags. -> True to take the step. A non-finite step stops the run
+        (exit 3), or with --skip_nonfinite is skipped and counted."""
         ok = torch.isfinite(losses).all() & (torch.isfinite(grad_norm) | (self.dtype == "fp16"))
         flags = torch.stack([(~ok).float(), torch.full((), float(self.stop.signum), device=self.device)])
-        bad, self.signum = all_ranks_max(flags)
+        if self.world > 1:
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        bad, self.signum = flags.tolist()
         if not bad:
             return True
         if not self.args.skip_nonfinite:
@@ -435,19 +416,25 @@ class Run:
                 and (done % self.args.eval_every == 0 or done == self.args.steps))
 
     def log(self, done, losses, lr, grad_norm, evals):
-        """Rank 0: the bar every step (in a log: a line every --log_every steps), a line at each
-        evaluation, once an estimate of the time left; a metrics.jsonl record every --log_every
-        steps and with every evaluation."""
+        """Rank 0: the losses read to the host (a sync) only every --log_every steps and with an
+        evaluation: then the bar (in a log: a line), metrics.jsonl; a line at each evaluation;
+        once an estimate of the time left."""
         args, self.done = self.args, done
         self.tokens_seen += args.batch_size * args.max_len
         if not self.master:
             return
-        loss, mlm, tc, tp = losses.tolist()
         elapsed, steps, aux = time.time() - self.t0, done - self.start, AUX_LOSS[args.objective]
-        tok_s, due = self.tokens_seen / elapsed, done % args.log_every == 0 or done == args.steps
+        left = (args.steps - done) * elapsed / steps  # seconds, at this pace
+        if left and (steps >= 20 or elapsed >= 30):
+            self.estimate(elapsed / steps, f"the first {steps} step{'s' * (steps > 1)}")
+        due = done % args.log_every == 0 or done == args.steps
+        if not (due or evals):
+            return
+        loss, mlm, tc, tp, norm = torch.cat([losses, grad_norm.float().reshape(1)]).tolist()  # one host sync
+        tok_s = self.tokens_seen / elapsed
         shown = {"loss": loss, "mlm": mlm, aux: tc, "tp": tp if args.predict_all else None}
         shown = {k: f"{v:.3f}" for k, v in shown.items() if k and v is not None}  # each objective's own loss
-        self.last_eval, left = evals or self.last_eval, (args.steps - done) * elapsed / steps  # seconds, at this pace
+        self.last_eval = evals or self.last_eval
         if not self.plain:
             ctx = {"ctx": f"{self.last_eval['ctx_score']:.3f}"} if self.last_eval else {}
             self.bar.set_postfix(**shown, lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}", **ctx)
@@ -460,12 +447,9 @@ class Run:
             self.say(f"step {done}: {held_out}; contextual score {evals['ctx_score']:.3f} (intra "
                      f"{evals['ctx_intra']:.3f} - inter {evals['ctx_inter']:.3f}; within documents "
                      f"{evals['ctx_doc_score']:.3f})")
-        if left and (steps >= 20 or elapsed >= 30):
-            self.estimate(elapsed / steps, f"the first {steps} step{'s' * (steps > 1)}")
-        record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm":
-                  grad_norm.item(), "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
-        if record or evals:
-            checkpoints.append_jsonl(self.metrics, {"step": done, **record, **evals})
+        record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm": norm,
+                  "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
+        checkpoints.append_jsonl(self.metrics, {"step": done, **record, **evals})
 
     def estimate(self, per_step, basis):
         """Once, early in the run (rank 0): how long the steps left take at this pace."""
@@ -474,25 +458,23 @@ class Run:
             self.say(f"estimate: {duration(per_step)} a step here (from {basis}): the {left:,} steps left take "
                      f"~{duration(left * per_step)}")
 
-    def save_due(self, done):
-        """Save after this step? Every --save_every steps, at the end, and when a signal stops the run."""
-        return done % self.args.save_every == 0 or done == self.args.steps or self.stopping(done)
-
     def stopping(self, done):
         return bool(self.signum) and done < self.args.steps
 
     def save(self, done, raw, optimizer, scaler):
-        """Rank 0 writes the checkpoint of step `done` (everything exact resume needs)."""
-        if self.master:
-            self.last_ckpt = checkpoints.save_checkpoint(self.args.out, {
+        """When due (every --save_every steps, at the end, and when a signal stops the run), rank 0
+        writes the checkpoint of step `done` (everything exact resume needs)."""
+        args = self.args
+        if self.master and (done % args.save_every == 0 or done == args.steps or self.stopping(done)):
+            self.last_ckpt = checkpoints.save_checkpoint(args.out, {
                 "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                "step": done, "skipped": self.skipped, "model_config": asdict(self.cfg), "args": vars(self.args),
+                "step": done, "skipped": self.skipped, "model_config": asdict(self.cfg), "args": vars(args),
                 "depends": self.depends,
                 "data_position": {"epoch": done // self.steps_per_epoch, "batch": done % self.steps_per_epoch}},
-                self.args.keep_last)
+                args.keep_last)
 
     def stop_if_signalled(self, done):
-        """After a signal: every rank stops after the same step, once rank 0 has saved it (exit 130 / 143)."""
+        """After a signal: every rank stops after the same step, once rank 0 has saved it (exit 128 + it)."""
         if not self.stopping(done):
             return
         if self.world > 1:
@@ -545,10 +527,9 @@ def check_same_inputs(recorded, now, args, warn):
     """--resume: the vocabulary and the token array must be the ones the run was trained on (their
     checksums, recorded in every checkpoint); with --force a change is a warning. Checkpoints
     from before this record have nothing to compare."""
-    recorded = recorded if isinstance(recorded, dict) else {}
     if recorded.get("vocab_sha256") not in (None, now["vocab_sha256"]):
         problem = (f"--vocab {args.vocab} is not the vocabulary this run was trained with (its sha256 changed); "
-                   f"pass the run's own {os.path.join(args.out, 'vocab.txt')} as --vocab")
+                   f"pass the run's own copy, --vocab {os.path.join(args.out, 'vocab.txt')}")
     elif recorded.get("tokens_sha256") not in (None, now["tokens_sha256"]):
         problem = (f"--data {args.data} gives other tokens than this run was trained on (the token array's "
                    f"sha256 changed): the data changed since; resume with the data it was trained on")

@@ -39,6 +39,8 @@ import zlib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+from engine import cli  # noqa: E402
+cli.start(__name__)  # first: Ctrl-C / SIGTERM / SIGHUP are one line from now on
 
 from engine import folders  # noqa: E402
 from engine.cli import UsageError  # noqa: E402
@@ -259,7 +261,6 @@ def build(out, root=ROOT, force=False, commit="HEAD", with_results=False):
 
 
 def main(argv=None):
-    from engine import cli
     p = argparse.ArgumentParser(description="Build a student copy of taco from its committed files: the exercises' "
                                             "answers hidden, the rest runs.")
     p.add_argument("out", help="the folder to create (outside the repository)")

@@ -100,7 +100,7 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
         if quiet:  # taco.py's progress bar and summary line
             hush.enter_context(contextlib.redirect_stderr(null))
             hush.enter_context(contextlib.redirect_stdout(null))
-        taco.train(get_args(argv), hush)  # hush also releases what the run holds (its lock on --out)
+        taco.train(get_args(argv))  # the run releases what it holds (its lock on --out) on any exit
     with open(os.path.join(out, "metrics.jsonl")) as f:
         last = [json.loads(line) for line in f if "ctx_score" in line][-1]
     result = {**{k: v for k, v in last.items() if k.startswith(("eval_", "ctx_"))},

@@ -88,6 +88,7 @@ POOL = """
 import multiprocessing, sys, time
 sys.path.insert(0, {here!r})
 from engine import cli
+cli.start("__main__")
 
 def work(i):
     time.sleep(60)
@@ -160,20 +161,22 @@ def test_the_start_line_says_the_threads(tmp_path, capsys, run_taco, quick):
     assert "fp32 on cpu (1 thread: --threads)" in capsys.readouterr().out
 
 
-ENTRY_POINTS = ["taco", "finetune", "tools/analyze", "tools/bench", "tools/pictures"]
+ENTRY_POINTS = ["taco", "finetune", *(f"tools/{n}" for n in ("analyze", "bench", "export", "pictures", "prepare", "study")),
+                *(f"exercises/{n}" for n in ("walkthrough", "ex5_ablations", "ex6_mlm_vs_taco", "ex7_embeddings",
+                                             "measure", "handout"))]
 
 
 @pytest.mark.parametrize("script", ENTRY_POINTS)
-def test_entry_points_import_cli_before_torch(script):
-    """cli sets the OpenMP wait policy, which libgomp reads once, when torch loads."""
+def test_every_script_calls_start_before_anything_imports_torch(script):
+    """cli.start(__name__), the first call of every script: it sets the OpenMP wait policy (which
+    libgomp reads once, when torch loads) and the stop signals' handlers before any heavy import."""
     import ast
-    order = []
-    for node in ast.parse(open(os.path.join(HERE, f"{script}.py")).read()).body:
-        if isinstance(node, ast.Import):
-            order += [a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            order.append(node.module.split(".")[0])
-    assert "engine" in order and order.index("engine") < order.index("torch"), order
+    body = ast.parse(open(os.path.join(HERE, f"{script}.py")).read()).body
+    calls = [i for i, n in enumerate(body) if isinstance(n, ast.Expr) and ast.unparse(n) == "cli.start(__name__)"]
+    heavy = [i for i, n in enumerate(body) if isinstance(n, (ast.Import, ast.ImportFrom))
+             and not ast.unparse(n).startswith(("import argparse", "from engine import cli"))
+             and (getattr(n, "module", None) or n.names[0].name).split(".")[0] not in sys.stdlib_module_names]
+    assert len(calls) == 1 and (not heavy or calls[0] < heavy[0]), (script, calls, heavy)
 
 
 def test_idle_threads_sleep_unless_the_user_says_otherwise():
@@ -182,6 +185,60 @@ def test_idle_threads_sleep_unless_the_user_says_otherwise():
     run = lambda env: subprocess.run([sys.executable, "-c", code], cwd=HERE, env=env, capture_output=True, text=True)
     assert run(env).stdout.strip() == "PASSIVE"
     assert run({**env, "OMP_WAIT_POLICY": "ACTIVE"}).stdout.strip() == "ACTIVE"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_torch_loads_is_one_line(sig, tmp_path):
+    """From the first instant: a stop signal while `import torch` runs (before main() sets its own
+    handlers) is one line and exit 128 + its number, never a traceback or a silent -15."""
+    hold = tmp_path / "sitecustomize.py"  # holds the import of torch until the signal came
+    hold.write_text("import builtins, os, sys, time\nreal = builtins.__import__\n"
+                    "def slow(name, *a, **k):\n    if name == 'torch' and 'torch' not in sys.modules:\n"
+                    "        print('importing', flush=True); time.sleep(30)\n    return real(name, *a, **k)\n"
+                    "builtins.__import__ = slow\n")
+    for script in ("taco.py", "finetune.py", "tools/bench.py"):
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, script), "--out", str(tmp_path / "run")],
+                                env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout.readline() == "importing\n"
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 128 + sig, script
+        assert proc.stderr.read() == ("interrupted\n" if sig == signal.SIGINT else f"stopped by {sig.name}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_closed_or_full_stdout_costs_no_result(tmp_path):
+    """`| head -c 1` and `> /dev/full`: the lines are dropped with one warning, the run finishes."""
+    cmd = [sys.executable, os.path.join(HERE, "taco.py"), "--steps", "2", "--eval_every", "1", "--log_every", "1",
+           "--threads", "1"]
+    r = subprocess.run(" ".join(cmd + ["--out", str(tmp_path / "a"), "| head -c 1"]), shell=True, capture_output=True,
+                       text=True, executable="/bin/bash", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert r.returncode == 0 and os.path.exists(tmp_path / "a" / "ckpt_00000002.pt"), r.stderr[-2000:]
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run(cmd + ["--out", str(tmp_path / "b")], stdout=full, stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 0 and os.path.exists(tmp_path / "b" / "ckpt_00000002.pt"), r.stderr[-2000:]
+        assert "warning: standard output failed (No space left on device)" in r.stderr and "error" not in r.stderr
+
+
+def test_far_too_many_threads_are_refused_before_anything_is_written(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(HERE, "taco.py"), "--threads", "100000", "--out",
+                        str(tmp_path / "run")], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("error: --threads 100000: far more threads than the ")
+    assert r.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_compiler_that_cannot_compile_is_one_line(tmp_path):
+    """It answers --version (what PyTorch's search asks) but fails on a real file."""
+    cxx = tmp_path / "g++"
+    cxx.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "g++ (fake) 12.0"; exit 0; fi\n'
+                   'echo "fake: internal compiler error" >&2; exit 1\n')
+    cxx.chmod(0o755)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "taco.py"), "--compile", "--device", "cpu", "--out",
+                        str(tmp_path / "run")], env={**os.environ, "CXX": str(cxx)}, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
+    assert "cannot compile a test file (fake: internal compiler error)" in r.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_under_torchrun_only_local_rank_0_says_a_mistake(monkeypatch, capsys):

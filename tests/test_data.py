@@ -309,12 +309,12 @@ def test_headline_command_offline_says_what_to_pass(tmp_path, toy_dir, extra, ne
 def test_large_model_on_the_toy_corpus_warns(monkeypatch, capsys):
     """The warning comes before any work: the test stops the run at its first step (loading
     the vocab) from outside."""
-    from engine import runs
     import taco
+    from engine.cli import UsageError
 
-    def stop(*args, **kwargs):
-        raise DataError("stopped by the test")
-    monkeypatch.setattr(runs.Run, "tokenizer", stop)
+    def stop(*args, **kwargs):  # not a DataError: that would have --data checked too (runs.also_missing)
+        raise UsageError("stopped by the test")
+    monkeypatch.setattr(taco, "load_tokenizer", stop)
     for argv, warns in ((["--size", "small", "--data", "toy"], True), (["--size", "base", "--data", "toy,x.txt"], True),
                         (["--size", "small", "--data", "x.txt"], False), (["--size", "tiny"], False),
                         (["--size", "mini", "--data", "toy"], False)):

@@ -108,10 +108,13 @@ def test_nonfinite_loss_stops_or_skips(tmp_path, monkeypatch, capsys, quick, run
     assert last["skipped"] == 1 and math.isfinite(last["loss"])
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_saves_stops_and_resumes_exactly(sig, straight, tmp_path, monkeypatch, capsys, quick, run_taco, final_weights, same_weights):
     """A real signal during step 10 of a run resumed at 8: the step finishes, a checkpoint is
-    saved, exit 128 + signal; --resume then ends where an uninterrupted run does."""
+    saved, exit 128 + signal; --resume then ends where an uninterrupted run does. SIGHUP (a closed
+    terminal or ssh session) is a stop that saves too."""
+    if signal.getsignal(sig) is signal.SIG_IGN:  # under nohup: ignored, as promised
+        pytest.skip(f"{sig.name} is ignored in this process")
     def signalled_get_lr(step, *args):
         if step == 9:
             os.kill(os.getpid(), sig)
@@ -401,3 +404,33 @@ def test_disk_full_when_taking_the_lock(tmp_path, monkeypatch):
     with pytest.raises(cli.DiskFull, match=rf"no space left in {tmp_path / 'run'} for the lock of --out"):
         runs.RunLock(str(tmp_path / "run"))
     assert os.listdir(tmp_path) == []
+
+
+def test_resume_after_the_vocab_was_edited_follows_its_own_message(tmp_path, capsys, quick, run_taco, own_data):
+    """The error names the run's own copy of its vocabulary; passing it resumes (the vocabulary is
+    known by its checksum, not by its path, so it is no changed setting)."""
+    run = str(tmp_path / "run")
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run]) == 0
+    os.remove(os.path.join(run, "ckpt_00000008.pt"))  # as if stopped after step 4
+    rewrite_keeping_size_and_mtime(own_data[3], lambda t: t.replace("\na\n", "\nA\n", 1))
+    assert run_taco(quick + own_data + ["--steps", "8", "--out", run, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    own = os.path.join(run, "vocab.txt")
+    assert f"pass the run's own copy, --vocab {own}, or pass --force" in err, err
+    argv = quick + own_data[:3] + [own, "--steps", "8", "--out", run, "--resume"]
+    assert run_taco(argv) == 0
+    assert "resumed at step 4" in capsys.readouterr().out
+
+
+def test_resume_in_other_micro_batches_says_what_it_changes(straight, tmp_path, capsys, quick, run_taco):
+    """Another --device_batch_size changes the micro-batches TACO draws its negatives from: a warning."""
+    run = str(tmp_path / "run")
+    shutil.copytree(straight, run, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
+    assert run_taco(quick + ["--out", run, "--resume", "--device_batch_size", "4"]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: --resume in micro-batches of 4 sequences, not the 8 this run was trained in: TACO draws "
+            "its negatives from other sequences of the micro-batch") in err and "(not an exact resume)" in err
+    same = str(tmp_path / "same")
+    shutil.copytree(straight, same, ignore=shutil.ignore_patterns("ckpt_00000012.*", "ckpt_00000016.*"))
+    assert run_taco(quick + ["--out", same, "--resume"]) == 0
+    assert "micro-batches" not in capsys.readouterr().err

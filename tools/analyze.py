@@ -31,7 +31,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import cli  # before torch: cli sets how idle CPU threads wait
+from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import numpy as np
 import torch
 import torch.nn.functional as F

@@ -41,7 +41,8 @@ import time
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import cli  # before torch: cli sets how idle CPU threads wait
+from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import torch
 
 from engine import fast
@@ -94,7 +95,7 @@ def get_args(argv=None):
         args.device = cli.device(args.device)
         if args.compile:
             cli.check_compile(args.device)
-    args.dtype = args.dtype or ("bf16" if args.device.type == "cuda" else "fp32")
+    args.dtype, args.autocast = cli.precision(args.device, args.dtype)  # taco.py's: bf16 on capable CUDA, else fp32
     args.variants = args.variants.split(",")
     if unknown := set(args.variants + [args.probe] * bool(args.probe)) - set(VARIANTS + ON_REQUEST):
         p.error(f"unknown variant(s) {', '.join(sorted(unknown))}: choose from {', '.join(VARIANTS + ON_REQUEST)}")
@@ -148,8 +149,7 @@ def make_step(name, args, cfg, inputs, labels):
     optimizer = configure_optimizer(model, lr=1e-4, weight_decay=0.01)
     scaler = torch.amp.GradScaler(args.device.type, enabled=args.dtype == "fp16")
     run = torch.compile(model) if args.compile else model
-    amp = torch.autocast(args.device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype),
-                         enabled=args.dtype != "fp32")
+    amp = args.autocast
 
     def step(seed):
         gen = torch.Generator(args.device).manual_seed(seed)

@@ -26,10 +26,12 @@ never a folder that export.py did not write (a downloaded model), a run, the sou
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import checkpoints, cli, folders
+from engine import checkpoints, folders
 from model import BertForPreTraining, to_hf_state_dict
 from engine.hf import write_safetensors
 

@@ -8,8 +8,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from data import load_tokenizer, make_blocks
 from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
+from data import load_tokenizer, make_blocks
 from engine.cli import int_range
 from engine.corpus import SOURCES, tokenize_corpus
 

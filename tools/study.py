@@ -30,7 +30,6 @@ embedding (toy retrieval and similarity) next to the contextual score and fine-t
 """
 import argparse
 import contextlib
-import io
 import json
 import multiprocessing
 import os
@@ -41,15 +40,16 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import cli
+cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
 from tools import analyze
 from tools.study_tables import format_retromae_table, format_seeds_table, format_table, format_tacl_table, plot
 from engine import checkpoints
 from engine import flags
-from engine import cli
 import finetune
 from engine import finetuning
 from engine import runs
@@ -94,16 +94,9 @@ def taco_argv(name, args, seed, out, extra=(), user=None):
                "--out", out, *extra])
 
 
-def taco_settings(argv, what=""):
-    """taco.py's settings for argv, as a dict; taco.py's own complaint as one error line."""
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            return vars(flags.get_args(argv))
-    except SystemExit:
-        raise UsageError(what + err.getvalue().strip().removeprefix("error: ")) from None
-    except UsageError as mistake:  # --init's weights are read while parsing
-        raise UsageError(what + str(mistake)) from None
+def taco_settings(argv):
+    """taco.py's settings for argv, as a dict (parsing reads no file; a mistake is a UsageError)."""
+    return vars(flags.get_args(argv))
 
 
 def check_taco_args(args, names):
@@ -120,12 +113,14 @@ def check_taco_args(args, names):
         raise UsageError(f"--taco_args {args.taco_args!r}: {err}") from None
     if not user:
         return
-    if any(tok.split("=")[0] == "--init" for tok in user):  # by name: taco.py reads its weights while parsing
-        refuse("init", names[0])
-    default, given = taco_settings([]), taco_settings(user, "--taco_args: ")
+    try:
+        given = taco_settings(user)
+    except UsageError as err:  # name the flag the mistake is in
+        raise UsageError(f"--taco_args: {err}") from None
+    default = taco_settings([])
     for name in names:
         alone = taco_settings(taco_argv(name, args, args.seed[0], "OUT", user=[]))
-        mixed = taco_settings(taco_argv(name, args, args.seed[0], "OUT", user=user), "--taco_args: ")
+        mixed = taco_settings(taco_argv(name, args, args.seed[0], "OUT", user=user))
         changed = [k for k in (*VARIANT_KEYS, *STUDY_KEYS) if mixed[k] != alone[k] or given[k] != default[k]]
         if changed:
             refuse(changed[0], name)
@@ -244,9 +239,7 @@ def finetune_data(args, vocab_file, device):
     fargs = finetuning.get_args(["--max_len", str(args.ft_max_len)])
     fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
     fargs.device = device
-    bf16 = fargs.device.type == "cuda" and torch.cuda.is_bf16_supported()
-    fargs.dtype = "bf16" if bf16 else "fp32"
-    fargs.autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    fargs.dtype, fargs.autocast = cli.precision(device)  # finetune.py's: bf16 on capable CUDA, else fp32
     task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
     data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
     if args.ft_train:
