@@ -53,7 +53,7 @@ HIDDEN = {
                 ("make_model", True)],  # exercise 7: how --freeze_embeddings freezes
     "data.py": [("mask_tokens", True), ("mask_selected", False)],
     "model.py": [("MLMHead", True)],  # exercise 7: the untied decoder
-    "tools/study.py": [("first_match", True)],  # exercise 6: the first step reaching MLM's final value
+    "tools/study_tables.py": [("first_match", True)],  # exercise 6: the first step reaching MLM's final value
     "tools/analyze.py": [("distance_score", True), ("self_similarity", True)],  # exercise 3: pairs, closed form
 }
 LEFT_OUT = ("exercises/solutions/", "exercises/correct/", "exercises/wrong/", "exercises/answers/",
@@ -253,9 +253,9 @@ def build(out, root=ROOT, force=False, commit="HEAD", with_results=False):
     parent = os.path.dirname(out)
     if not os.path.isdir(parent):
         raise UsageError(f"{out}: its folder {parent} does not exist")
-    sha, files = committed_files(root, commit)
-    check_stubs(files, sha)
-    with folders.replacing(out, "handout.py", force, {"the repository": root}) as tmp:
+    with folders.replacing(out, "handout.py", force, {"the repository": root}) as tmp:  # checks `out` first
+        sha, files = committed_files(root, commit)
+        check_stubs(files, sha)
         shipped, report = fill(tmp, files, sha, with_results)
     return sha, shipped, report, uncommitted(root) if commit == "HEAD" else []
 
