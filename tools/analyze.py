@@ -211,8 +211,9 @@ def pyplot():
 
 
 def save_figure(fig, path, plt):
-    """Write a figure whole (a temp file, then renamed), its format named by the extension, at 150 dpi:
-    fit to print or project."""
+    """Write a figure whole (a temp file, then renamed; its folder made if missing), its format named by the
+    extension, at 150 dpi: fit to print or project."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower() or "png", dpi=150,
                                                          bbox_inches="tight"))
     plt.close(fig)
