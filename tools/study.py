@@ -47,12 +47,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
 from tools import analyze
 from tools.study_tables import format_retromae_table, format_seeds_table, format_table, format_tacl_table, plot
-from engine import checkpoints
-from engine import flags
-from engine import cli
 import finetune
-from engine import finetuning
-from engine import runs
+from engine import checkpoints, cli, finetuning, flags, runs
 from engine.cli import UsageError, float_range, int_range
 from data import load_tokenizer
 from engine.evalsets import read_beir, read_pairs, read_sts
