@@ -35,6 +35,7 @@ from engine import cli  # before torch: cli sets how idle CPU threads wait
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from engine import checkpoints
@@ -297,10 +298,7 @@ def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=N
     out = torch.empty(len(ids), encoder.config.hidden_size)
     for i in tqdm(range(0, len(order), batch_size), desc=desc, disable=None if desc else True, leave=False):
         rows = order[i:i + batch_size]
-        T = max(len(ids[r]) for r in rows)
-        batch = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
-        for j, r in enumerate(rows):
-            batch[j, :len(ids[r])] = torch.tensor(ids[r])
+        batch = pad_sequence([torch.tensor(ids[r]) for r in rows], batch_first=True, padding_value=tok.pad_id)
         real = (batch != tok.pad_id).to(device)
         h, _ = encoder(batch.to(device), attention_mask=real)
         if pooling == "mean":
