@@ -36,6 +36,7 @@ cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctr
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from engine import checkpoints
@@ -212,8 +213,9 @@ def pyplot():
 
 
 def save_figure(fig, path, plt):
-    """Write a figure whole (a temp file, then renamed), its format named by the extension, at 150 dpi:
-    fit to print or project."""
+    """Write a figure whole (a temp file, then renamed; its folder made if missing), its format named by the
+    extension, at 150 dpi: fit to print or project."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower() or "png", dpi=150,
                                                          bbox_inches="tight"))
     plt.close(fig)
@@ -297,10 +299,7 @@ def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=N
     out = torch.empty(len(ids), encoder.config.hidden_size)
     for i in tqdm(range(0, len(order), batch_size), desc=desc, disable=None if desc else True, leave=False):
         rows = order[i:i + batch_size]
-        T = max(len(ids[r]) for r in rows)
-        batch = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
-        for j, r in enumerate(rows):
-            batch[j, :len(ids[r])] = torch.tensor(ids[r])
+        batch = pad_sequence([torch.tensor(ids[r]) for r in rows], batch_first=True, padding_value=tok.pad_id)
         real = (batch != tok.pad_id).to(device)
         h, _ = encoder(batch.to(device), attention_mask=real)
         if pooling == "mean":

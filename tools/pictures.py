@@ -31,7 +31,6 @@ import torch.nn.functional as F
 
 from engine import checkpoints
 from engine.cli import UsageError
-from engine.corpus import tokenize_corpus
 from engine.toy import TOPICS
 from tools import analyze
 
@@ -79,32 +78,22 @@ def document_topics(tokens, tok):
 def heldout(tok, data, max_len, eval_blocks=64, cache_dir=None):
     """The held-out blocks taco.py evaluates on (the corpus's last ones, analyze.probe_blocks) -> (ids
     (n, max_len) int64, topic (n, max_len); topic is -1 for [CLS]/[SEP] and outside the toy corpus)."""
-    blocks, about = analyze.probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)
-    ids = blocks.astype(np.int64)
+    ids = analyze.probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0].astype(np.int64)
     topic = np.full(ids.shape, -1)
-    if data == "toy":
-        body, first = max_len - 2, about["of_blocks"] - about["blocks"]
-        tokens = tokenize_corpus(data, tok, cache_dir)[first * body:(first + len(ids)) * body]
-        topic[:, 1:-1] = document_topics(tokens, tok).reshape(len(ids), body)
+    if data == "toy":  # a block's body is the next max_len - 2 tokens of the corpus
+        topic[:, 1:-1] = document_topics(ids[:, 1:-1].reshape(-1), tok).reshape(len(ids), max_len - 2)
         topic[ids == tok.sep_id] = -1
     return torch.from_numpy(ids), topic
-
-
-@torch.no_grad()
-def states(encoder, ids):
-    encoder.eval()
-    return encoder(ids)  # (h, e)
 
 
 def short_name(spec):
     return os.path.basename(os.path.normpath(spec)) if os.path.isdir(spec) else os.path.normpath(spec)
 
 
-def objective_of(spec):
-    """The --objective a run was trained with (its config.json; "taco" if it does not say)."""
-    path = os.path.join(spec if os.path.isdir(spec) else os.path.dirname(spec), "config.json")
-    config = checkpoints.read_json(path) if os.path.isfile(path) else {}
-    run_args = config.get("args") if isinstance(config, dict) else None
+def objective_of(run):
+    """The --objective a run directory was trained with (its config.json; "taco" if it does not say)."""
+    path = os.path.join(run, "config.json")
+    run_args = checkpoints.read_json(path).get("args") if os.path.isfile(path) else None
     return run_args.get("objective", "taco") if isinstance(run_args, dict) else "taco"
 
 
@@ -159,7 +148,8 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
             raise UsageError(f"--block {block} --blocks {n_blocks}: the held-out set has {len(ids)} blocks "
                                f"(0 to {len(ids) - 1})")
         chosen = ids[block:block + n_blocks]
-        h, e = states(encoder, chosen)
+        with torch.no_grad():
+            h, e = encoder(chosen)  # load_encoder's encoder is in eval mode
         x = F.normalize((h - e if part == "g" else h).float(), dim=-1).reshape(-1, h.shape[-1])
         cos = (x @ x.T).numpy()
         T = chosen.shape[1]
@@ -208,7 +198,8 @@ def pca(run_dirs, out, max_tokens=3000):
         if keep.sum() < 2:
             raise UsageError(f"{spec}: its vocab.txt holds none of the toy topics' words, so no held-out document has "
                              f"a topic to colour by; pca needs a run with the toy corpus's vocabulary")
-        h, e = states(encoder, ids)
+        with torch.no_grad():
+            h, e = encoder(ids)
         block = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[keep][:max_tokens]
         g = (h - e)[torch.from_numpy(keep)].double()[:max_tokens]
         t = topic[keep][:max_tokens]
@@ -281,8 +272,7 @@ def number(v):
 
 
 def save(fig, out, plt):
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # a --out folder that did not exist yet
-    analyze.save_figure(fig, out, plt)  # whole, at 150 dpi: sharp enough to print or project
+    analyze.save_figure(fig, out, plt)  # whole, at 150 dpi, in a --out folder made if it did not exist yet
     print(f"wrote {out}")
     return out
 

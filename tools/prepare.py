@@ -11,8 +11,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from engine import cli
 cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 from data import load_tokenizer, make_blocks
-from engine.cli import int_range
 from engine.corpus import SOURCES, tokenize_corpus
+
 
 def main(argv=None):
     p = cli.ArgumentParser(description=__doc__.strip().splitlines()[0])
@@ -20,8 +20,8 @@ def main(argv=None):
                    f"{', '.join(s for s in SOURCES if s != 'toy')}, text files or folders")
     p.add_argument("--vocab", default="bert-base-uncased",
                    help="toy, a vocab.txt, a folder with one, or a hub model id")
-    p.add_argument("--max_len", type=int_range(8, 512), default=128, help="block length to report for --data")
-    p.add_argument("--num_proc", type=int_range(1), default=None,
+    p.add_argument("--max_len", type=cli.int_range(8, 512), default=128, help="block length to report for --data")
+    p.add_argument("--num_proc", type=cli.int_range(1), default=None,
                    help="tokenisation processes (default: one per 100 MB of text, at most one per core)")
     p.add_argument("--cache_dir", default=None, help="default: $TACO_CACHE or ~/.cache/taco")
     args = p.parse_args(argv)

@@ -48,11 +48,8 @@ import torch
 
 from tools import analyze
 from tools.study_tables import format_retromae_table, format_seeds_table, format_table, format_tacl_table, plot
-from engine import checkpoints
-from engine import flags
 import finetune
-from engine import finetuning
-from engine import runs
+from engine import checkpoints, finetuning, flags, runs
 from engine.cli import UsageError, float_range, int_range
 from data import load_tokenizer
 from engine.evalsets import read_beir, read_pairs, read_sts
@@ -138,8 +135,7 @@ def plan_run(name, args, seed, out_dir, extra=(), init=None):
     want = {k: v for k, v in taco_settings(argv).items() if k not in flags.RESUMABLE}
     config = {}
     with contextlib.suppress(OSError, ValueError):
-        config = checkpoints.read_json(os.path.join(out, "config.json"))
-    config = config if isinstance(config, dict) else {}
+        config = checkpoints.read_json(os.path.join(out, "config.json"))  # an object, or it raises
     have = config.get("args") if isinstance(config.get("args"), dict) else None
     same = have is not None and all(have.get(k) == v for k, v in want.items())
     if same and init is not None:  # a continuation: from the same checkpoint of its init
@@ -262,7 +258,7 @@ def finetune_scores(config, weights, args, ft):
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             # quiet: finetune prints a line and a progress bar per epoch
             record, model = finetune.run_one(task, ft["data"], config, weights, fargs,
-                                             args.ft_lr or recipe["lr"], args.ft_batch_size, args.ft_epochs, seed)
+                                             args.ft_lr or recipe["lr"], fargs.batch_size, args.ft_epochs, seed)
         dev.append(record["metrics"]["main"])
         if ft["heldout"] is not None:
             heldout.append(finetune.evaluate(model, task, {"dev": ft["heldout"]}, fargs)["main"])
@@ -498,7 +494,6 @@ def main(argv=None):
     p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning learning rate "
                    "(default: finetune.py's recipe for the model size: 5e-4 for tiny / mini)")
     p.add_argument("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
-    p.add_argument("--ft_batch_size", type=int_range(1), default=32, help="fine-tuning batch size")
     p.add_argument("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
     p.add_argument("--ft_max_len", type=int_range(4, 512), default=64, help="fine-tuning tokens per pair")
     # system

@@ -3,7 +3,6 @@ when each objective first reaches MLM's final value; over several pre-training s
 the steps at which the others reach MLM's final fine-tuned score, the paired gaps and where the
 spread comes from; TaCL's and RetroMAE's miniatures' tables."""
 import math
-import os
 
 import numpy as np
 
@@ -264,8 +263,7 @@ def plot(rows, path):
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # OUT/seed<S>
-    analyze.save_figure(fig, path, plt)
+    analyze.save_figure(fig, path, plt)  # OUT/seed<S> made if missing
     print(f"plot: {path}")
 
 
