@@ -196,9 +196,10 @@ PICTURE_FORMATS = ("png", "pdf", "svg")
 
 def picture_path(path, flag):
     """Check a picture's path before any work: a writable file whose extension names the format."""
+    path = cli.output_path(path, flag, folder=False)  # a folder or a FIFO is said as such
     if os.path.splitext(path)[1][1:].lower() not in PICTURE_FORMATS:
         raise UsageError(f"{flag} {path}: name a .{', .'.join(PICTURE_FORMATS)} file")
-    return cli.output_path(path, flag, folder=False)
+    return path
 
 
 def pyplot():
