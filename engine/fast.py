@@ -12,14 +12,18 @@ test_fast.py tests each against the plain form it replaces:
                      kernel and its fallback adds scaling and masking passes and the serial sampler
 
 `speed_up(model)` puts Dropout and attention into a model; off the CPU, or without dropout, they
-hand over to the plain op, so installing them is always safe.
+hand over to the plain op, so installing them is always safe. `HostSyncs` counts, on any device,
+the operations that would make a GPU wait for the host (tests/test_taco.py, tools/bench.py).
 """
+import collections
+import os
+import sys
 import warnings
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 # ----------------------------------------------------------------------------- the TC cosines
@@ -132,3 +136,50 @@ def speed_up(model):
         if hasattr(module, "attend"):
             module.attend = attention
     return model
+
+
+# ----------------------------------------------------------------------------- host syncs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+SYNCING = {"nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "masked_scatter", "unique_dim",
+           "_unique", "_unique2", "unique_consecutive", "bincount", "equal"}  # the output's size or value is the host's
+BOOL_INDEXED = {"index", "index_put", "index_put_", "_index_put_impl_"}  # a boolean index is a nonzero
+
+
+class HostSyncs(TorchDispatchMode):
+    """Counts the operations that make a GPU wait for the host (an output whose size or value the
+    host needs: nonzero, item, boolean-mask indexing forward and backward, unique, ...) by where in
+    the repository they come from: `counts` maps "file:function (op)" (the innermost frame of
+    ours; "backward" for autograd's) to a number. Operations on CPU tensors count too (a CPU run
+    stands in for a GPU one), except under the functions named in `host_side`, which run on the
+    host by design (taco.py's masked_batch: the batch is masked on the CPU, then moved)."""
+
+    def __init__(self, host_side=("masked_batch",)):
+        super().__init__()
+        self.counts, self.host_side = collections.Counter(), set(host_side)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if (name in SYNCING or name == "repeat_interleave" and kwargs.get("output_size") is None
+                or name in BOOL_INDEXED and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
+                                                for t in (args[1] if len(args) > 1 else ()) if t is not None)):
+            on_gpu = any(isinstance(a, torch.Tensor) and not a.is_cpu for a in args)
+            if label := where(name, () if on_gpu else self.host_side):
+                self.counts[label] += 1
+        return func(*args, **kwargs)
+
+
+def where(name, host_side=()):
+    """"file:function (op)" of the innermost frame in the repository that is not this file; None
+    under a function named in host_side."""
+    frame, backward, label = sys._getframe(2), False, None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        backward |= f"torch{os.sep}autograd" in path
+        if frame.f_code.co_name in host_side:
+            return None
+        if label is None and path.startswith(ROOT) and path != __file__:
+            label = f"{os.path.relpath(path, ROOT)}:{frame.f_code.co_name} ({name}{', backward' * backward})"
+        frame = frame.f_back
+    return label or f"elsewhere ({name})"
