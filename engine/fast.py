@@ -18,6 +18,7 @@ the operations that would make a GPU wait for the host (tests/test_taco.py, tool
 import collections
 import os
 import sys
+import time
 import warnings
 
 import torch
@@ -34,10 +35,10 @@ class SampledCosines(torch.autograd.Function):
     einsum's (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256),
     which it writes, reads back and keeps for the backward.
 
-    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`similarity_route`):
-    the sampled entries of g @ keys.T alone (a sampled dense-dense product,
-    torch.sparse.sampled_addmm), or the whole product, a chunk of anchors at a time, then a pick;
-    divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
+    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`sampled_dots`): the
+    sampled entries of g @ keys.T alone (a sampled dense-dense product), or the whole product, a
+    chunk of anchors at a time, then a pick; divided by |g[n]|. On the CPU the route follows
+    from the shapes (`similarity_route`), on a GPU from a measurement at first use (`measured_route`). Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
     embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
         d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
     two in-place passes over g where F.normalize's own backward takes about six. Equal to the
@@ -49,17 +50,9 @@ class SampledCosines(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
         inv = 1 / g.norm(dim=1).clamp_min(1e-12)  # 1 / |g[n]|; F.normalize's floor (its backward differs below it)
-        n, j = cols.shape
-        if similarity_route(n, len(keys), j, g.shape[1])[0] == "product":  # <= 1M dots (4 MB) per chunk
-            step = max(1, 2 ** 20 // len(keys))
-            dots = torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(g.split(step), cols.split(step))])
-        else:
-            with warnings.catch_warnings():  # "sparse CSR support is in beta"
-                warnings.simplefilter("ignore", UserWarning)
-                pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=g.device), cols.reshape(-1),
-                                                  g.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
-                dots = torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
-        out = dots * inv[:, None]
+        route = (similarity_route(len(g), len(keys), cols.shape[1], g.shape[1])[0] if g.is_cpu
+                 else measured_route(g, keys, cols))
+        out = sampled_dots(route, g, keys, cols) * inv[:, None]
         ctx.save_for_backward(g, keys, cols, inv, out)
         return out
 
@@ -73,7 +66,44 @@ class SampledCosines(torch.autograd.Function):
             return u.addcmul_(g, s[:, None], value=-1).mul_(inv[:, None]), None, None
 
 
-PRODUCT_SPEEDUP = 16  # a matrix product does ~this many times more multiply-adds per second than sampled_addmm (CPU, measured)
+def sampled_dots(route, g, keys, cols):
+    """(n, j): g[n] . keys[cols[n, j]] by `route`: "product", the whole g @ keys.T a chunk of
+    anchors at a time (<= 1M dots, 4 MB, per chunk), then a pick; or "sampled", only the sampled
+    entries (torch.sparse.sampled_addmm). The same numbers, to float rounding."""
+    n, j = cols.shape
+    if route == "product":
+        step = max(1, 2 ** 20 // len(keys))
+        return torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(g.split(step), cols.split(step))])
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=g.device), cols.reshape(-1),
+                                          g.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
+        return torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
+
+
+ROUTES = {}  # (device, dtype, n, m, j, h) -> the route measured faster there
+
+
+def measured_route(g, keys, cols, repeats=3):
+    """The faster route for these shapes on g's device, timed once at their first use (a few
+    milliseconds; then looked up): on a GPU the two routes' speeds are not the CPU's ratio."""
+    key = (str(g.device), g.dtype, *cols.shape, *keys.shape)
+    if key not in ROUTES:
+        sync = getattr(torch, g.device.type).synchronize if not g.is_cpu else lambda: None
+        times = {}
+        for route in ("product", "sampled"):
+            sampled_dots(route, g, keys, cols)  # warm-up: kernels chosen, memory allocated
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                sampled_dots(route, g, keys, cols)
+            sync()
+            times[route] = time.perf_counter() - t0
+        ROUTES[key] = min(times, key=times.get)
+    return ROUTES[key]
+
+
+PRODUCT_SPEEDUP = 16  # on the CPU a matrix product does ~this many times more multiply-adds per second than sampled_addmm
 
 
 def similarity_route(n, m, j, h):
