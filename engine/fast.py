@@ -191,7 +191,9 @@ class HostSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        if (name in SYNCING or name == "repeat_interleave" and kwargs.get("output_size") is None
+        to_host = (name == "_to_copy" and not args[0].is_cpu and str(kwargs.get("device")) == "cpu"
+                   or name == "copy_" and args[0].is_cpu and not args[1].is_cpu)  # .tolist(), .cpu() of a GPU tensor
+        if (name in SYNCING or to_host or name == "repeat_interleave" and kwargs.get("output_size") is None
                 or name in BOOL_INDEXED and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
                                                 for t in (args[1] if len(args) > 1 else ()) if t is not None)):
             on_gpu = any(isinstance(a, torch.Tensor) and not a.is_cpu for a in args)

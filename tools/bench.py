@@ -489,17 +489,23 @@ def sync_summary(counts, steps):
     return (sum(counts.values()) - loop_n) / steps, loop_n
 
 
+def loop_report(args):
+    """-> (the loop's step time, what else it measured), from a timed run and a 3-step counted one."""
+    timed, counted = loop(args, args.steps + 2), loop(args, 3, count_syncs=True)
+    method, own = sync_summary(counted["syncs"], 3)
+    tokens_s = args.batch_size * args.max_len / timed["step_ms"] * 1e3
+    return f"{timed['step_ms']:.1f} ms", (
+        f"real loop (toy corpus, dynamic masking, 2 micro-batches, AdamW), {tokens_s:,.0f} tokens/s; "
+        f"{timed['recompiles']} recompiles after step 1; host syncs per step: {method:g} in the method, "
+        f"{own} by the loop's checks in 3 steps (a .tolist() is not seen on a CPU): {dict(counted['syncs'])}")
+
+
 def print_loop(args):
     if args.threads:
         torch.set_num_threads(args.threads)
-    timed, counted = loop(args, args.steps + 2), loop(args, 3, count_syncs=True)
-    method, own = sync_summary(counted["syncs"], 3)
-    print(f"the training loop: {args.size}, batch {args.batch_size} x {args.max_len} in 2 micro-batches, "
-          f"{args.dtype}{', compiled' if args.compile else ''}, toy corpus | {device_name(args.device)}\n"
-          f"step {timed['step_ms']:.0f} ms ({args.batch_size * args.max_len / timed['step_ms'] * 1e3:,.0f} tokens/s, "
-          f"median of {args.steps}); torch.compile recompiles after the first step: {timed['recompiles']}\n"
-          f"host syncs per step: {method:g} in the method, {own} by the loop's checks in 3 steps (on a CPU "
-          f"a .tolist() is not seen); {dict(counted['syncs'])}")
+    step, detail = loop_report(args)
+    print(f"{args.size}, batch {args.batch_size} x {args.max_len}, {args.dtype}{', compiled' * args.compile} | "
+          f"{device_name(args.device)}: step {step}, median of {args.steps}; {detail}")
 
 
 def gpu_check(args, minutes=7.5):
@@ -573,14 +579,7 @@ def gpu_check(args, minutes=7.5):
         return f"{added / 2**20:,.0f} MB", f"taco-tc {B} x {T}: what two steps add to the weights{total}"
     row("peak memory", memory_row)
 
-    def loop_row():
-        timed, counted = loop(args, args.steps + 2), loop(args, 3, count_syncs=True)
-        method, own = sync_summary(counted["syncs"], 3)
-        loop_ms = timed["step_ms"]
-        return f"{loop_ms:.1f} ms", (f"real loop (toy corpus, dynamic masking, 2 micro-batches, AdamW); "
-                                     f"{timed['recompiles']} recompiles after step 1; host syncs per step: {method:g} "
-                                     f"in the method, {own} by the loop's checks in 3 steps")
-    row("training loop step", loop_row)
+    row("training loop step", lambda: loop_report(args))
 
     def save_row():
         from engine import checkpoints
