@@ -277,7 +277,7 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
         """
         h, e = self.bert(input_ids, attention_mask, token_type_ids)
         if rows is not None:
-            return self.mlm(h.flatten(0, 1).index_select(0, rows)), h, e  # (n, H) -> (n, V)
+            return self.mlm(h.flatten(0, 1)[rows]), h, e  # (n, H) -> (n, V); an index tensor: no host sync
         return self.mlm(h if labels is None else h[labels != -100]), h, e
 
 
