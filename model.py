@@ -266,17 +266,19 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
             self.pooler = nn.Linear(config.hidden_size, config.hidden_size).requires_grad_(False)
             init_weights(self.pooler, config.initializer_range)
 
-    def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None):
+    def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None, rows=None):
         """-> (logits, h, e).
 
         With `labels` (-100 = not predicted) the logits are computed only at the
         predicted positions, shape (n_predicted, V), in the order of `labels[labels != -100]`:
-        the 85% unscored tokens never pay for the vocabulary-wide projection.
-        Without `labels`, logits for every position, shape (B, T, V).
+        the 85% unscored tokens never pay for the vocabulary-wide projection. `rows`, the same
+        positions as flat indices into B*T (taco.predicted_rows), selects them without the host
+        sync of a boolean mask on a GPU. Without either, logits for every position, shape (B, T, V).
         """
         h, e = self.bert(input_ids, attention_mask, token_type_ids)
-        rows = h if labels is None else h[labels != -100]  # (n, H)
-        return self.mlm(rows), h, e
+        if rows is not None:
+            return self.mlm(h.flatten(0, 1)[rows]), h, e  # (n, H) -> (n, V); an index tensor: no host sync
+        return self.mlm(h if labels is None else h[labels != -100]), h, e
 
 
 class RetroMAEForPreTraining(BertForPreTraining):
@@ -299,10 +301,10 @@ class RetroMAEForPreTraining(BertForPreTraining):
         self.decoder.apply(lambda m: init_weights(m, config.initializer_range))
 
     def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None,
-                dec_ids=None, dec_visible=None, dec_labels=None):
+                dec_ids=None, dec_visible=None, dec_labels=None, rows=None):
         """-> (logits, h, e) as BertForPreTraining without `dec_ids`; with them
         (enc_logits, dec_logits, h, e), the decoder's logits only where dec_labels != -100."""
-        logits, h, e = super().forward(input_ids, labels, attention_mask, token_type_ids)
+        logits, h, e = super().forward(input_ids, labels, attention_mask, token_type_ids, rows)
         if dec_ids is None:
             return logits, h, e
         d = self.decode(h[:, :1], dec_ids, dec_visible)  # (B, T, H): only [CLS] crosses over

@@ -16,6 +16,7 @@ Fu et al., "Contextual Representation Learning beyond Masked Language Modeling",
 The global batch (--batch_size) is fixed by the command; gradient accumulation is derived
 from it, the micro-batch and the world size, so every launch above takes the same optimizer steps.
 """
+import contextlib
 from typing import NamedTuple
 
 from engine import cli
@@ -99,12 +100,13 @@ def sample_negatives(real, num_negatives, generator=None):
     real: (B, T) bool. Returns (B, T, K) long.
     """
     B, T = real.shape
-    tokens = real.reshape(-1).nonzero().squeeze(1)  # the real tokens, sequence by sequence
+    # the real tokens, sequence by sequence, first (then padding): a sort, where nonzero() would make a GPU wait
+    tokens = torch.argsort((~real).reshape(-1).long(), stable=True)
     n = real.sum(1)[:, None, None]  # (B, 1, 1): tokens of each sequence
-    start = n.cumsum(0) - n  # where each sequence's tokens begin in `tokens`
-    k = (rand(generator, real.device, B, T, num_negatives) * (len(tokens) - n)).long()  # one of the others' tokens,
+    total, start = n.sum(), n.cumsum(0) - n  # all real tokens; where each sequence's begin in `tokens`
+    k = (rand(generator, real.device, B, T, num_negatives) * (total - n)).long()  # one of the others' tokens,
     k = k + n * (k >= start).long()  # counted with our own skipped
-    return tokens[k.clamp(max=len(tokens) - 1)]
+    return tokens[torch.minimum(k, total - 1)]
 
 
 def other_token(real, generator=None):
@@ -202,11 +204,12 @@ def document_segments(ids, sep_id):
     return is_sep.cumsum(1) - is_sep
 
 
-def pair_sums(x, groups, real):
+def pair_sums(x, groups, real, dtype=torch.float64):
     """Sums of x_a . x_b over ordered pairs a != b of real tokens in the same group (intra) and
     in different groups (inter), with their counts. x: (B, T, H); groups, real: (B, T).
-    The sum over all pairs of a set is |sum x|^2 - sum |x_a|^2: no N x N matrix is built."""
-    x, g = x.double()[real], groups[real]  # (N, H), (N,)
+    The sum over all pairs of a set is |sum x|^2 - sum |x_a|^2: no N x N matrix is built.
+    dtype: of the sums; fp32 is as good for unit vectors (to ~1e-7, test_taco.py) and fast on a GPU."""
+    x, g = x.to(dtype)[real], groups[real]  # (N, H), (N,)
     g = torch.unique(g, return_inverse=True)[1]  # group ids 0 .. G-1
     per_group = torch.zeros(int(g.max()) + 1 if len(g) else 0, x.size(1), dtype=x.dtype,
                             device=x.device).index_add_(0, g, x)  # (G, H)
@@ -246,8 +249,9 @@ def contextual_score(model, batches, attention_masks=None, sep_id=None):
         h, _ = encoder(ids, attention_mask=mask)
         real = torch.ones(ids.shape, dtype=torch.bool, device=ids.device) if mask is None else mask.bool()
         z = F.normalize(h.float(), dim=-1)  # cosine = dot product of unit vectors
+        dtype = torch.float64 if z.is_cpu else torch.float32  # float64 is slow on most GPUs
         for f, sep in forms.items():
-            for k, v in pair_sums(z, context_groups(ids, sep), real).items():
+            for k, v in pair_sums(z, context_groups(ids, sep), real, dtype).items():
                 sums[f][k] += v
     encoder.train(was_training)
     out = {}
@@ -288,6 +292,7 @@ class MaskedBatch(NamedTuple):
     tc_positions: torch.Tensor = None
     unmasked: torch.Tensor = None
     decoder: DecoderInputs = None
+    rows: torch.Tensor = None  # the flat positions with a target (MLM's or TP's), found on the host: see predicted_rows
 
     def to(self, device):
         return MaskedBatch(*(None if t is None else t.to(device, non_blocking=True) for t in self))
@@ -311,7 +316,16 @@ def masked_batch(ids, tok, args, generator):
         special = torch.isin(ids, torch.tensor(tok.special_ids))
         tp_labels = torch.where(special | masked, -100, ids)
     positions = {"all": None, "masked": masked, "unmasked": ~masked}[args.tc_positions]
-    return MaskedBatch(inputs, labels, tp_labels, positions, unmasked=ids if args.objective == "tacl" else None)
+    return MaskedBatch(inputs, labels, tp_labels, positions, unmasked=ids if args.objective == "tacl" else None,
+                       rows=predicted_rows(labels, tp_labels))
+
+
+def predicted_rows(labels, tp_labels=None):
+    """The flat positions (into B*T) whose token is predicted, in order: labels != -100 (or tp_labels').
+    Found where the masks are made, on the host, they select the rows on a GPU without a host
+    sync; boolean-mask indexing (h[labels != -100]) would make the GPU wait for the host's nonzero()."""
+    targets = labels if tp_labels is None else torch.where(labels != -100, labels, tp_labels)
+    return (targets != -100).reshape(-1).nonzero().squeeze(1)
 
 
 def compute_loss(model, batch, args, generator, teacher=None):
@@ -328,11 +342,14 @@ def compute_loss(model, batch, args, generator, teacher=None):
         loss, enc, dec = retromae_loss(model, batch.inputs, labels, batch.decoder, args.decoder_weight)
         return loss, enc, dec, torch.zeros_like(loss)
     targets = labels if tp_labels is None else torch.where(labels != -100, labels, tp_labels)
-    logits, h, e = model(batch.inputs, labels=targets)  # logits only at rows with a target, in order
-    ce = F.cross_entropy(logits.float(), targets[targets != -100], reduction="none")
-    masked = (labels != -100)[targets != -100]  # which of those rows are MLM's
+    rows = predicted_rows(labels, tp_labels) if batch.rows is None else batch.rows  # where targets != -100
+    logits, h, e = model(batch.inputs, labels=targets, rows=rows)  # logits only at the rows with a target, in order
+    ce = F.cross_entropy(logits.float(), targets.reshape(-1)[rows], reduction="none")
     # the means over the chosen rows; 0 (still in the graph) for a micro-batch where masking chose none
-    mlm, tp = (x.mean() if len(x) else x.sum() for x in (ce[masked], ce[~masked]))  # no TP rows: tp = 0
+    mlm, tp = ce.mean() if len(ce) else ce.sum(), torch.zeros((), device=ce.device)
+    if tp_labels is not None:  # which rows are MLM's, which TP's: means by weights, no host sync
+        masked = (labels != -100).reshape(-1)[rows].float()
+        mlm, tp = ((ce * w).sum() / w.sum().clamp(min=1) for w in (masked, 1 - masked))
     tc = torch.zeros_like(mlm)
     if args.objective == "taco":
         group = dist.group.WORLD if args.negatives_from == "global" and dist.is_initialized() else None
@@ -343,23 +360,27 @@ def compute_loss(model, batch, args, generator, teacher=None):
     return mlm + tp + args.tc_weight * tc, mlm, tc, tp
 
 
+EVAL_BATCH = 32  # held-out blocks per batch: the contextual score compares blocks of one batch, whatever the micro-batch
+
+
 @torch.no_grad()
-def evaluate(model, blocks, tok, args, device):
+def evaluate(model, blocks, tok, args, device, autocast=contextlib.nullcontext()):
     """MLM loss / accuracy on held-out blocks (fixed masks) and the contextual score in its
-    block form (ctx_*) and document-bounded form (ctx_doc_*)."""
+    block form (ctx_*) and document-bounded form (ctx_doc_*), under the run's `autocast`
+    (the losses and cosines themselves in fp32), in batches of EVAL_BATCH blocks."""
     model.eval()
     gen = torch.Generator().manual_seed(1234)
-    batches = [torch.from_numpy(blocks[i:i + args.device_batch_size].astype(np.int64)).to(device)
-               for i in range(0, len(blocks), args.device_batch_size)]
+    batches = [torch.from_numpy(blocks[i:i + EVAL_BATCH].astype(np.int64)) for i in range(0, len(blocks), EVAL_BATCH)]
     loss = correct = n = 0.0
-    for ids in batches:
-        inputs, labels = mask_tokens(ids.cpu(), tok, args.mlm_probability, gen)
-        logits, _, _ = model(inputs.to(device), labels=labels.to(device))
-        target = labels[labels != -100].to(device)
-        loss += F.cross_entropy(logits.float(), target, reduction="sum").item()
-        correct += (logits.argmax(-1) == target).sum().item()
-        n += len(target)
-    ctx = contextual_score(model, batches, sep_id=tok.sep_id)
+    with autocast:
+        for ids in batches:
+            inputs, labels = mask_tokens(ids, tok, args.mlm_probability, gen)
+            logits, _, _ = model(inputs.to(device), rows=predicted_rows(labels).to(device))
+            target = labels[labels != -100].to(device)
+            loss += F.cross_entropy(logits.float(), target, reduction="sum").item()
+            correct += (logits.argmax(-1) == target).sum().item()
+            n += len(target)
+        ctx = contextual_score(model, [ids.to(device) for ids in batches], sep_id=tok.sep_id)
     model.train()
     mlm = {"eval_mlm_loss": loss / n, "eval_mlm_acc": correct / n} if n else {}  # none chosen: no MLM numbers
     return {**mlm, **{f"ctx_{k}": v for k, v in ctx.items()}}
@@ -442,7 +463,7 @@ def train(args):
                 scaler.step(optimizer)
                 scaler.update()
             optimizer.zero_grad(set_to_none=True)
-            evals = evaluate(raw, eval_blocks, tok, args, run.device) if run.eval_due(step + 1) else {}
+            evals = evaluate(raw, eval_blocks, tok, args, run.device, run.autocast) if run.eval_due(step + 1) else {}
             run.log(step + 1, losses, lr, grad_norm, evals)  # the bar and metrics.jsonl, every --log_every steps
             run.save(step + 1, raw, optimizer, scaler)  # every --save_every steps, at the end, on a stop signal
             run.stop_if_signalled(step + 1)

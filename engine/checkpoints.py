@@ -138,17 +138,42 @@ def read_jsonl(path):
 
 
 def sha256(path):
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
+        return file_sha256(f)
+
+
+def file_sha256(f):
+    """The sha256 of an open file's content, read from its start in chunks."""
+    h = hashlib.sha256()
+    f.seek(0)
+    for chunk in iter(lambda: f.read(1 << 22), b""):
+        h.update(chunk)
     return h.hexdigest()
+
+
+class HashingWriter:
+    """A file opened for writing that also hashes what goes through it: a checkpoint's sha256
+    as it is written, without reading the file back."""
+
+    def __init__(self, f):
+        self.f, self.hash = f, hashlib.sha256()
+
+    def write(self, data):
+        self.hash.update(data)
+        return self.f.write(data)
+
+    def flush(self):
+        self.f.flush()
 
 
 # ----------------------------------------------------------------------------- checkpoints
 
+WEIGHTS = ("model", "model_config")  # what --init, --model and analyze.py read from a checkpoint
+RESUME = WEIGHTS + ("optimizer", "scaler", "step", "args")  # and what --resume reads too
+
+
 def save_checkpoint(out, state, keep_last):
-    """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256).
+    """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256 hashed as it is written).
 
     A checkpoint counts only once its manifest exists, so a kill at any moment leaves either
     the previous set of valid checkpoints or the new one; a full disk leaves the previous set
@@ -156,13 +181,21 @@ def save_checkpoint(out, state, keep_last):
     """
     path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
     after = "; the earlier checkpoints are intact: run the same command with --resume"
+    writer = None
+
+    def write(f):
+        nonlocal writer
+        writer = HashingWriter(f)
+        torch.save(state, writer)
     try:
-        atomic_write(path, lambda f: torch.save(state, f), state_bytes(state))
-        write_json(path[:-3] + ".json", {"step": state["step"], "bytes": os.path.getsize(path), "sha256": sha256(path)})
+        atomic_write(path, write, state_bytes(state))
+        manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": writer.hash.hexdigest()}
+        write_json(path[:-3] + ".json", manifest)
     except cli.DiskFull as err:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)  # a checkpoint without its manifest would only take space
         raise UsageError(f"{err}{after}") from None
+    VERIFIED[path] = identity(os.stat(path), manifest)  # hashed as written: rotation need not read it again
     rotate_checkpoints(out, keep_last, path)
     return path
 
@@ -182,7 +215,8 @@ def rotate_checkpoints(out, keep_last, newest):
     """Delete checkpoints older than the keep_last newest *valid* ones (`newest`, just written,
     among them). Only verified checkpoints count, so an invalid one (a corrupted file that a
     resume skipped) can never push a valid one out; checkpoints after `newest` (left by a run
-    resumed from an earlier step) are not touched."""
+    resumed from an earlier step) are not touched. A checkpoint this process wrote or verified
+    is not hashed again while its file and manifest stay as they were (VERIFIED)."""
     older = [p for p in list_checkpoints(out) if p < newest]  # zero-padded steps: name order is step order
     valid = [newest]
     for path in older:
@@ -193,6 +227,7 @@ def rotate_checkpoints(out, keep_last, newest):
     if len(valid) < keep_last:
         return
     for old in (p for p in older if p < valid[-1]):
+        VERIFIED.pop(old, None)
         for p in (old[:-3] + ".json", old):  # the manifest first: a half-deleted one never counts
             with contextlib.suppress(FileNotFoundError):
                 os.remove(p)
@@ -206,28 +241,64 @@ def list_checkpoints(out):
     return [os.path.join(out, n[:-5] + ".pt") for n in names]
 
 
-def verify_checkpoint(path):
-    """None if `path` matches its manifest, else the reason it does not."""
+VERIFIED = {}  # checkpoint path -> identity() when this process last found it valid (hashed it or wrote it)
+
+
+def identity(st, manifest):
+    """What must stay the same for a verified checkpoint to be still valid without hashing it again:
+    the file (device, inode, size, modification time) and its manifest."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, json.dumps(manifest, sort_keys=True)
+
+
+def verify_checkpoint(path, f=None):
+    """None if `path` (or `f`, that file opened) matches its manifest, else the reason it does not.
+    Reading through the open file checks the very bytes a caller then loads from it, even if
+    rotation deletes the file meanwhile. A checkpoint found valid before is not hashed again."""
     try:
         manifest = read_json(path[:-3] + ".json")
-        cli.regular_file(path, "checkpoint")
-        if os.path.getsize(path) != manifest.get("bytes"):
-            return f"size {os.path.getsize(path)} != {manifest.get('bytes')} (truncated?)"
-        if sha256(path) != manifest.get("sha256"):
-            return "checksum mismatch (corrupted)"
+        with contextlib.ExitStack() as stack:
+            f = f or stack.enter_context(open(cli.regular_file(path, "checkpoint"), "rb"))
+            st = os.fstat(f.fileno())
+            if st.st_size != manifest.get("bytes"):
+                return f"size {st.st_size} != {manifest.get('bytes')} (truncated?)"
+            if VERIFIED.get(path) != identity(st, manifest):
+                if file_sha256(f) != manifest.get("sha256"):
+                    return "checksum mismatch (corrupted)"
+                VERIFIED[path] = identity(st, manifest)
     except (OSError, UsageError) as err:
         return f"unreadable ({err})"
     return None
 
 
-def latest_checkpoint(out):
+def vanished(path):
+    """Did a checkpoint (or its manifest) disappear after it was listed (another run's rotation)?"""
+    return not (os.path.exists(path) and os.path.exists(path[:-3] + ".json"))
+
+
+def latest_checkpoint(out, tries=20):
     """The newest checkpoint in `out` that passes verification, or None."""
-    for path in list_checkpoints(out):
-        reason = verify_checkpoint(path)
-        if reason is None:
-            return path
-        print(f"warning: skipping checkpoint {path}: {reason}", file=sys.stderr)
-    return None
+    return newest_checkpoint(out, tries=tries, load=False)
+
+
+def newest_checkpoint(out, need=WEIGHTS, tries=20, load=True):
+    """(path, state) of the newest valid checkpoint of run folder `out` at the moment of reading,
+    or None (load=False: its path only). It is opened, verified through the open file and loaded
+    from it, so a run saving beside us, whose rotation deletes what we listed, never fails the
+    read: a vanished checkpoint means a newer one was written, so we list again."""
+    for _ in range(tries):
+        for path in list_checkpoints(out):
+            try:
+                state = load_checkpoint(path, need) if load else None
+                if not load and (reason := verify_checkpoint(path)):
+                    raise UsageError(reason)
+                return (path, state) if load else path
+            except (UsageError, FileNotFoundError) as err:
+                if vanished(path):
+                    break
+                print(f"warning: skipping checkpoint {path}: {err}", file=sys.stderr)
+        else:
+            return None
+    raise UsageError(f"{out}: its checkpoints were deleted faster than they could be read ({tries} tries)")
 
 
 def stopped_before_first_checkpoint(out):
@@ -244,10 +315,6 @@ def stopped_before_first_checkpoint(out):
         return (last, first) if last < first else None
     except (OSError, UsageError, KeyError, TypeError):  # no run there, or not one of ours
         return None
-
-
-WEIGHTS = ("model", "model_config")  # what --init, --model and analyze.py read from a checkpoint
-RESUME = WEIGHTS + ("optimizer", "scaler", "step", "args")  # and what --resume reads too
 
 
 def check_content(state, path, need=WEIGHTS):
@@ -271,14 +338,17 @@ def check_content(state, path, need=WEIGHTS):
 
 def load_checkpoint(path, need=WEIGHTS):
     """Load a checkpoint (tensors and plain types only: weights_only=True) that holds what
-    taco writes: a dict with the keys `need`; anything else is one line naming the file."""
-    if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path)):
-        raise UsageError(f"checkpoint {path} is invalid: {reason}")
-    cli.regular_file(path, "checkpoint")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say which, not a traceback
-        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
+    taco writes: a dict with the keys `need`; anything else is one line naming the file.
+    With a manifest, it is verified through the open file it is then loaded from.
+    A file that vanished in between is one line too (newest_checkpoint then lists again)."""
+    with open(cli.regular_file(path, "checkpoint"), "rb") as f:
+        if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path, f)):
+            raise UsageError(f"checkpoint {path} is invalid: {reason}")
+        f.seek(0)
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as err:  # a truncated or foreign file: say which, not a traceback
+            raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
     check_content(state, path, need)
     return state
 
@@ -312,13 +382,18 @@ def trained_with(spec):
     """How the weights `spec` names were trained, read without loading them (a recipe depends on it)
     -> (source, run): the taco run's settings (--size, --data, ...; "recipe": the one it trained
     with), or None for a Hugging Face folder (trained elsewhere)."""
-    source, is_hf = find_weights(spec)
-    if is_hf:
-        return source, None
-    try:
-        ckpt = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # a truncated or foreign file: say which, not a traceback
-        raise UsageError(f"cannot read checkpoint {source}: {err.__class__.__name__}") from err
+    for _ in range(20):  # a run saving in `spec` may delete the checkpoint we found before we read it
+        source, is_hf = find_weights(spec)
+        if is_hf:
+            return source, None
+        try:
+            ckpt = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+            break
+        except Exception as err:  # a truncated or foreign file: say which, not a traceback
+            if not (os.path.isdir(spec) and vanished(source)):
+                raise UsageError(f"cannot read checkpoint {source}: {err.__class__.__name__}") from err
+    else:
+        raise UsageError(f"{spec}: its checkpoints were deleted faster than they could be read")
     check_content(ckpt, source)
     run, cfg = dict(ckpt["args"]) if isinstance(ckpt.get("args"), dict) else {}, ckpt["model_config"]
     if "recipe" not in run:  # recorded since recipes depend on --init: --size's, unless the model is not that size
@@ -343,7 +418,8 @@ def load_init(spec, flag="--init"):
         if is_hf:
             model = BertForPreTraining.from_pretrained(source)
             return Init(model.config, model.state_dict(), source)
-        state = load_checkpoint(source)
+        found = newest_checkpoint(spec) if os.path.isdir(spec) else None  # a saving run may rotate `source` away
+        source, state = found or (source, load_checkpoint(source))
         return Init(BertConfig.from_dict(state["model_config"]), state["model"], source)
     except UsageError:
         raise

@@ -12,14 +12,19 @@ test_fast.py tests each against the plain form it replaces:
                      kernel and its fallback adds scaling and masking passes and the serial sampler
 
 `speed_up(model)` puts Dropout and attention into a model; off the CPU, or without dropout, they
-hand over to the plain op, so installing them is always safe.
+hand over to the plain op, so installing them is always safe. `HostSyncs` counts, on any device,
+the operations that would make a GPU wait for the host (tests/test_taco.py, tools/bench.py).
 """
+import collections
+import os
+import sys
+import time
 import warnings
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 # ----------------------------------------------------------------------------- the TC cosines
@@ -30,10 +35,10 @@ class SampledCosines(torch.autograd.Function):
     einsum's (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256),
     which it writes, reads back and keeps for the backward.
 
-    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`similarity_route`):
-    the sampled entries of g @ keys.T alone (a sampled dense-dense product,
-    torch.sparse.sampled_addmm), or the whole product, a chunk of anchors at a time, then a pick;
-    divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
+    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`sampled_dots`): the
+    sampled entries of g @ keys.T alone (a sampled dense-dense product), or the whole product, a
+    chunk of anchors at a time, then a pick; divided by |g[n]|. On the CPU the route follows
+    from the shapes (`similarity_route`), on a GPU from a measurement at first use (`measured_route`). Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
     embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
         d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
     two in-place passes over g where F.normalize's own backward takes about six. Equal to the
@@ -45,17 +50,9 @@ class SampledCosines(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             raise ValueError("SampledCosines gives no gradient to keys: pass keys.detach()")
         inv = 1 / g.norm(dim=1).clamp_min(1e-12)  # 1 / |g[n]|; F.normalize's floor (its backward differs below it)
-        n, j = cols.shape
-        if similarity_route(n, len(keys), j, g.shape[1])[0] == "product":  # <= 1M dots (4 MB) per chunk
-            step = max(1, 2 ** 20 // len(keys))
-            dots = torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(g.split(step), cols.split(step))])
-        else:
-            with warnings.catch_warnings():  # "sparse CSR support is in beta"
-                warnings.simplefilter("ignore", UserWarning)
-                pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=g.device), cols.reshape(-1),
-                                                  g.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
-                dots = torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
-        out = dots * inv[:, None]
+        route = (similarity_route(len(g), len(keys), cols.shape[1], g.shape[1])[0] if g.is_cpu
+                 else measured_route(g, keys, cols))
+        out = sampled_dots(route, g, keys, cols) * inv[:, None]
         ctx.save_for_backward(g, keys, cols, inv, out)
         return out
 
@@ -69,7 +66,44 @@ class SampledCosines(torch.autograd.Function):
             return u.addcmul_(g, s[:, None], value=-1).mul_(inv[:, None]), None, None
 
 
-PRODUCT_SPEEDUP = 16  # a matrix product does ~this many times more multiply-adds per second than sampled_addmm (CPU, measured)
+def sampled_dots(route, g, keys, cols):
+    """(n, j): g[n] . keys[cols[n, j]] by `route`: "product", the whole g @ keys.T a chunk of
+    anchors at a time (<= 1M dots, 4 MB, per chunk), then a pick; or "sampled", only the sampled
+    entries (torch.sparse.sampled_addmm). The same numbers, to float rounding."""
+    n, j = cols.shape
+    if route == "product":
+        step = max(1, 2 ** 20 // len(keys))
+        return torch.cat([(rows @ keys.T).gather(1, idx) for rows, idx in zip(g.split(step), cols.split(step))])
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        pattern = torch.sparse_csr_tensor(torch.arange(0, n * j + 1, j, device=g.device), cols.reshape(-1),
+                                          g.new_zeros(n * j), size=(n, len(keys)), check_invariants=False)
+        return torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
+
+
+ROUTES = {}  # (device, dtype, n, m, j, h) -> the route measured faster there
+
+
+def measured_route(g, keys, cols, repeats=3):
+    """The faster route for these shapes on g's device, timed once at their first use (a few
+    milliseconds; then looked up): on a GPU the two routes' speeds are not the CPU's ratio."""
+    key = (str(g.device), g.dtype, *cols.shape, *keys.shape)
+    if key not in ROUTES:
+        sync = getattr(torch, g.device.type).synchronize if not g.is_cpu else lambda: None
+        times = {}
+        for route in ("product", "sampled"):
+            sampled_dots(route, g, keys, cols)  # warm-up: kernels chosen, memory allocated
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                sampled_dots(route, g, keys, cols)
+            sync()
+            times[route] = time.perf_counter() - t0
+        ROUTES[key] = min(times, key=times.get)
+    return ROUTES[key]
+
+
+PRODUCT_SPEEDUP = 16  # on the CPU a matrix product does ~this many times more multiply-adds per second than sampled_addmm
 
 
 def similarity_route(n, m, j, h):
@@ -132,3 +166,52 @@ def speed_up(model):
         if hasattr(module, "attend"):
             module.attend = attention
     return model
+
+
+# ----------------------------------------------------------------------------- host syncs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+SYNCING = {"nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "masked_scatter", "unique_dim",
+           "_unique", "_unique2", "unique_consecutive", "bincount", "equal"}  # the output's size or value is the host's
+BOOL_INDEXED = {"index", "index_put", "index_put_", "_index_put_impl_"}  # a boolean index is a nonzero
+
+
+class HostSyncs(TorchDispatchMode):
+    """Counts the operations that make a GPU wait for the host (an output whose size or value the
+    host needs: nonzero, item, boolean-mask indexing forward and backward, unique, ...) by where in
+    the repository they come from: `counts` maps "file:function (op)" (the innermost frame of
+    ours; "backward" for autograd's) to a number. Operations on CPU tensors count too (a CPU run
+    stands in for a GPU one), except under the functions named in `host_side`, which run on the
+    host by design (taco.py's masked_batch: the batch is masked on the CPU, then moved)."""
+
+    def __init__(self, host_side=("masked_batch",)):
+        super().__init__()
+        self.counts, self.host_side = collections.Counter(), set(host_side)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        to_host = (name == "_to_copy" and not args[0].is_cpu and str(kwargs.get("device")) == "cpu"
+                   or name == "copy_" and args[0].is_cpu and not args[1].is_cpu)  # .tolist(), .cpu() of a GPU tensor
+        if (name in SYNCING or to_host or name == "repeat_interleave" and kwargs.get("output_size") is None
+                or name in BOOL_INDEXED and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
+                                                for t in (args[1] if len(args) > 1 else ()) if t is not None)):
+            on_gpu = any(isinstance(a, torch.Tensor) and not a.is_cpu for a in args)
+            if label := where(name, () if on_gpu else self.host_side):
+                self.counts[label] += 1
+        return func(*args, **kwargs)
+
+
+def where(name, host_side=()):
+    """"file:function (op)" of the innermost frame in the repository that is not this file; None
+    under a function named in host_side."""
+    frame, backward, label = sys._getframe(2), False, None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        backward |= f"torch{os.sep}autograd" in path
+        if frame.f_code.co_name in host_side:
+            return None
+        if label is None and path.startswith(ROOT) and path != __file__:
+            label = f"{os.path.relpath(path, ROOT)}:{frame.f_code.co_name} ({name}{', backward' * backward})"
+        frame = frame.f_back
+    return label or f"elsewhere ({name})"

@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -83,17 +84,15 @@ def build(path, docs, sources, tokenizer, num_proc, say):
         tokenize_parts(docs, tokenizer, dtype, shares)
         secs = time.perf_counter() - t0
         total = sum(p.stat().st_size for p in shares) // dtype.itemsize
-        out, pos = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(total,)), 0
-        if total:
-            with open(tmp, "r+b") as f:
-                os.posix_fallocate(f.fileno(), 0, os.path.getsize(tmp))
-        for part in shares:
-            if n := part.stat().st_size // dtype.itemsize:
-                out[pos:pos + n] = np.memmap(part, dtype, mode="r")  # mapped to mapped: never all in memory
-                pos += n
-        digest, top = token_digest(out)
-        out.flush()
-        del out
+        with open(tmp, "wb") as f:  # the parts one after the other, by plain writes: never all in memory
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                     "fortran_order": False, "shape": (total,)})
+            if total:
+                os.posix_fallocate(f.fileno(), 0, f.tell() + total * dtype.itemsize)
+            for part in shares:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, f, 1 << 24)
+        digest, top = token_digest(np.load(tmp, mmap_mode="r"))
         os.replace(tmp, path)
         tmp.write_text(json.dumps({"format": FORMAT, "length": total, "dtype": dtype.name, "sha256": digest,
                                    "max_id": top, "vocab_size": tokenizer.vocab_size, "sources": sources}, indent=2))
@@ -174,13 +173,20 @@ def _tokenize_part(docs, start, end, tokenizer, dtype, part, progress, batch=100
             progress(len(texts))
 
 
-def token_digest(tokens, chunk=1 << 24):
-    """(sha256 of the array's bytes, its largest id), in one pass of chunks over a memmap."""
-    h, top = hashlib.sha256(), -1
-    for i in range(0, len(tokens), chunk):
-        part = np.ascontiguousarray(tokens[i:i + chunk])
-        h.update(memoryview(part).cast("B"))
-        top = max(top, int(part.max()))
+def token_digest(tokens, chunk=1 << 20):
+    """(sha256 of the array's bytes, its largest id) of a memory-mapped array, read from its file in
+    chunks by plain reads, not through the map: the pages read never count in this process's
+    resident memory (through the map a 10 GB cache would make every rank 10 GB larger)."""
+    h, top, left = hashlib.sha256(), -1, tokens.nbytes
+    buf = memoryview(bytearray(min(chunk, left)))
+    with open(tokens.filename, "rb") as f:
+        f.seek(tokens.offset)
+        while left:
+            n = f.readinto(buf[:min(len(buf), left)])
+            if not n:
+                raise EOFError(f"{tokens.filename} ends before its {tokens.nbytes:,} bytes of tokens")
+            h.update(buf[:n])
+            top, left = max(top, int(np.frombuffer(buf[:n], tokens.dtype).max())), left - n
     return h.hexdigest(), top
 
 

@@ -30,3 +30,39 @@ def test_bench_profile_keeps_the_machine_readable_lines_last(capsys):
     assert "where the time of one taco-tc step goes" in out and "aten::mm" in out and "Self CPU" in out
     assert out.strip().splitlines()[-2].startswith("speedup_vs_hf: nan")  # no hf variant asked for
     assert float(out.strip().splitlines()[-1].split(": ")[1]) > 0
+
+
+def test_peak_by_exact_device_name():
+    """The PCIe and NVL parts are not counted as the SXM part; an unknown GPU takes --peak_tflops."""
+    args = bench.get_args(["--device", "cpu"])
+    assert [bench.peak_flops(args, n) / 1e12 for n in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe",
+                                                       "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA A100-SXM4-80GB")] == [
+        989, 756, 835, 989, 312]
+    assert bench.peak_flops(args, "NVIDIA H100 SOMETHING NEW") is None
+    assert bench.peak_flops(bench.get_args(["--device", "cpu", "--peak_tflops", "500"]), "anything") == 500e12
+
+
+def test_gpu_check_on_the_cpu(tmp_path, capsys):
+    """--gpu_check at a tiny size on the CPU: one table, every row measured or saying why not, also
+    written to --out as markdown and JSON."""
+    import json
+    bench.main(["--gpu_check", "--size", "tiny", "--device", "cpu", "--batch_size", "4", "--max_len", "64",
+                "--steps", "1", "--warmup", "0", "--threads", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = json.loads((tmp_path / "gpu_check.json").read_text())["rows"]
+    assert [r["check"] for r in rows] == ["step 4 x 64", "step 4 x 64 --compile", "largest micro-batch", "peak memory",
+                                          "training loop step", "checkpoint save", "--negatives_from global"]
+    measured = {r["check"]: r for r in rows if r["value"] != "n/a"}
+    assert set(measured) == {"step 4 x 64", "peak memory", "training loop step", "checkpoint save",
+                             "--negatives_from global"}, rows
+    assert "tc_overhead" in measured["step 4 x 64"]["detail"] and "skipped on the CPU" in rows[1]["detail"]
+    assert "host syncs per step: 0 in the method" in measured["training loop step"]["detail"]
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert all(f"| {r['check']} | {r['value']} |" in table and f"| {r['check']} | {r['value']} |" in out for r in rows)
+
+
+def test_the_loop_mode_times_the_real_loop(capsys):
+    bench.main(["--loop", "--size", "tiny", "--device", "cpu", "--batch_size", "4", "--max_len", "64", "--steps", "2",
+                "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "0 recompiles after step 1" in out and "host syncs per step: 0 in the method" in out

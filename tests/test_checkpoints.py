@@ -240,3 +240,59 @@ def test_a_killed_writers_temp_files_go_when_the_run_is_taken_again(tmp_path, qu
     (run / "notes.tmp.txt").write_text("mine")
     assert run_taco(quick + ["--steps", "8", "--out", str(run), "--resume"]) == 0  # already at step 8
     assert not list(run.glob("*.tmp[0-9]*")) and (run / "notes.tmp.txt").exists()
+
+
+@pytest.mark.parametrize("when", ["listed", "opened"])
+def test_reading_a_run_that_saves_every_step(tmp_path, monkeypatch, capsys, when):
+    """--init, export and finetune read the newest valid checkpoint of a run whose rotation (keep_last 2)
+    deletes what the reader found (issue 29: FileNotFoundError in 4 of 6 tries): here the run saves
+    two steps right after every other time the reader listed the checkpoints, or right after it opened the newest."""
+    out, step, saving, calls = str(tmp_path), [0], [], []
+    state = {"model": {"w": torch.randn(1000)}, "model_config": {}, "args": {"size": "tiny"}}
+
+    def run_saves(n=2):
+        saving.append(1)
+        for _ in range(n):
+            step[0] += 1
+            checkpoints.save_checkpoint(out, {**state, "step": step[0]}, keep_last=2)
+        saving.clear()
+    run_saves()
+    real = {"listed": checkpoints.list_checkpoints, "opened": checkpoints.file_sha256}[when]
+
+    def then_the_run_saves(*args):
+        result = real(*args)
+        if not saving:  # the reader's call, not the run's own rotation: every other one
+            calls.append(1)
+            if len(calls) % 2:
+                run_saves()
+        return result
+    monkeypatch.setattr(checkpoints, {"listed": "list_checkpoints", "opened": "file_sha256"}[when], then_the_run_saves)
+    for _ in range(3):
+        checkpoints.VERIFIED.clear()  # another process: it hashes what it reads
+        source = checkpoints.load_init(out).source
+        assert os.path.basename(source) in [f"ckpt_{s:08d}.pt" for s in range(step[0] - 5, step[0] + 1)]
+        assert checkpoints.trained_with(out)[1]["size"] == "tiny"
+        assert checkpoints.latest_checkpoint(out) is not None
+    assert "skipping" not in capsys.readouterr().err
+
+
+def test_a_checkpoint_is_hashed_once(tmp_path, monkeypatch):
+    """Saving hashes the checkpoint as it is written; rotation and --resume's verification hash
+    nothing this process already verified, yet a checkpoint changed since is verified again."""
+    out, hashed = str(tmp_path), []
+    real = checkpoints.file_sha256
+    monkeypatch.setattr(checkpoints, "file_sha256", lambda f: hashed.append(f.name) or real(f))
+    for step in range(1, 7):
+        checkpoints.save_checkpoint(out, {"step": step, "w": torch.ones(3) * step}, keep_last=3)
+    assert hashed == [] and len(checkpoints.list_checkpoints(out)) == 3
+    newest = checkpoints.latest_checkpoint(out)
+    assert newest.endswith("ckpt_00000006.pt") and hashed == []
+    checkpoints.VERIFIED.clear()  # a new process (a resume): hashes the newest once, then loads it unhashed
+    assert checkpoints.newest_checkpoint(out, need=("w",))[0] == newest and hashed == [newest]
+    checkpoints.load_checkpoint(newest, need=("w",))
+    assert hashed == [newest]
+    flip_byte(os.path.join(out, "ckpt_00000005.pt"))
+    os.utime(os.path.join(out, "ckpt_00000005.pt"), ns=(1, 1))  # another time, even on a coarse clock
+    checkpoints.save_checkpoint(out, {"step": 7, "w": torch.zeros(3)}, keep_last=3)  # 5 is invalid: 4 stays
+    assert sorted(n for n in os.listdir(out) if n.endswith(".pt")) == [
+        "ckpt_00000004.pt", "ckpt_00000005.pt", "ckpt_00000006.pt", "ckpt_00000007.pt"]

@@ -1,4 +1,5 @@
 """Tests for fast.py: each speed equivalent equals the plain form it replaces."""
+import time
 
 import pytest
 import torch
@@ -155,3 +156,25 @@ def test_speed_up_swaps_in_the_equivalents_and_keeps_the_weights():
     assert not any(type(m) is fast.Dropout for m in plain.modules())  # the plain model is untouched
     ids = torch.randint(5, 97, (2, 12))
     torch.testing.assert_close(model(ids)[0], plain(ids)[0])
+
+
+def test_the_gpu_route_is_measured_at_first_use(monkeypatch):
+    """On a GPU SampledCosines takes the route measured faster for its shapes (fast.measured_route,
+    timed once, then looked up), not the CPU's PRODUCT_SPEEDUP rule; both routes give the same dots."""
+    from engine import fast
+    g, keys = torch.randn(40, 8), F.normalize(torch.randn(30, 8), dim=-1)
+    cols = torch.randint(30, (40, 5))
+    assert torch.allclose(fast.sampled_dots("product", g, keys, cols), fast.sampled_dots("sampled", g, keys, cols),
+                          atol=1e-5)
+    real, calls = fast.sampled_dots, []
+
+    def slow_product(route, *args):
+        calls.append(route)
+        if route == "product":
+            time.sleep(0.2)
+        return real(route, *args)
+    monkeypatch.setattr(fast, "sampled_dots", slow_product)
+    monkeypatch.setattr(fast, "ROUTES", {})
+    assert fast.measured_route(g, keys, cols) == "sampled" and fast.measured_route(g, keys, cols) == "sampled"
+    assert calls.count("product") == 4  # timed once (a warm-up and 3 runs), then looked up
+    assert fast.similarity_route(40, 30, 5, 8)[0] == "product"  # what the CPU rule says for the same shapes

@@ -31,6 +31,8 @@ masked rows) against the device's dense bf16 peak. The last two lines are machin
 With --tokenizer FILE it times the WordPiece tokenizer instead (`tokenizers` below).
 """
 import argparse
+import contextlib
+import io
 import os
 import platform
 import statistics
@@ -55,16 +57,34 @@ from data import WordPieceTokenizer
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
 ON_REQUEST = ["taco-retromae"]
-# Dense bf16 peak FLOP/s by device name, for MFU.
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "H800": 989e12, "GH200": 989e12, "B200": 2250e12,
-             "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
+# Dense bf16 peak TFLOP/s by torch.cuda.get_device_name(), for MFU: the exact names, since the
+# PCIe and NVL parts of one chip run slower than its SXM part. Another name: --peak_tflops.
+PEAK_BF16 = {"NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA H100 NVL": 835, "NVIDIA H200": 989,
+             "NVIDIA H200 NVL": 835, "NVIDIA GH200 480GB": 989, "NVIDIA H800": 989, "NVIDIA H800 PCIe": 756,
+             "NVIDIA B200": 2250, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-SXM4-40GB": 312,
+             "NVIDIA A100-PCIE-40GB": 312, "NVIDIA A100 80GB PCIe": 312, "NVIDIA A800-SXM4-80GB": 312,
+             "NVIDIA L40S": 362, "NVIDIA L4": 121, "NVIDIA A10": 125}
+
+
+def peak_flops(args, name):
+    """The device's dense bf16 FLOP/s: --peak_tflops, else PEAK_BF16's for its exact name, else None."""
+    return args.peak_tflops * 1e12 if args.peak_tflops else PEAK_BF16.get(name, 0) * 1e12 or None
 
 
 def get_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--size", default="small", choices=list(SIZES), help="model size (default: small)")
-    p.add_argument("--batch_size", type=int_range(1), default=16, help="sequences per step (default: 16)")
-    p.add_argument("--max_len", type=int_range(8, 512), default=128, help="tokens per sequence (default: 128)")
+    p.add_argument("--size", default=None, choices=list(SIZES), help="model size (default: small; base with --gpu_check)")
+    p.add_argument("--batch_size", type=int_range(1), default=None,
+                   help="sequences per step (default: 16; 32 with --gpu_check)")
+    p.add_argument("--max_len", type=int_range(8, 512), default=None,
+                   help="tokens per sequence (default: 128; 256 with --gpu_check)")
+    p.add_argument("--loop", action="store_true", help="time the real training loop instead (python taco.py on the toy "
+                   "corpus: dynamic masking, 2 micro-batches a step, the optimizer, the loop's checks) and count the "
+                   "torch.compile recompiles and the host syncs per step it makes")
+    p.add_argument("--gpu_check", action="store_true", help="the prepared check for a GPU (docs/speed.md): one table "
+                   "of step times, MFU, tc_overhead, memory, checkpoint and host-sync costs, also written to --out")
+    p.add_argument("--out", default="gpu_check", help="with --gpu_check: the folder for gpu_check.md and "
+                   "gpu_check.json (default: ./gpu_check)")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
@@ -96,6 +116,9 @@ def get_args(argv=None):
         if args.compile:
             cli.check_compile(args.device)
     args.dtype, args.autocast = cli.precision(args.device, args.dtype)  # taco.py's: bf16 on capable CUDA, else fp32
+    check = args.gpu_check
+    args.size, args.batch_size = args.size or ("base" if check else "small"), args.batch_size or (32 if check else 16)
+    args.max_len = args.max_len or (256 if check else 128)
     args.variants = args.variants.split(",")
     if unknown := set(args.variants + [args.probe] * bool(args.probe)) - set(VARIANTS + ON_REQUEST):
         p.error(f"unknown variant(s) {', '.join(sorted(unknown))}: choose from {', '.join(VARIANTS + ON_REQUEST)}")
@@ -261,6 +284,10 @@ def main(argv=None):
             return tokenizers(args.tokenizer, args.vocab)
         if args.wait_policy:
             return wait_policies(args.steps, args.busy)
+        if args.loop:
+            return print_loop(args)
+        if args.gpu_check:
+            return gpu_check(args)
         measure(args, argv)
 
 
@@ -305,8 +332,7 @@ def measure(args, argv):
 
     tokens, med = args.batch_size * args.max_len, {v: statistics.median(t) for v, t in times.items()}
     name = device_name(args.device)
-    peak_flops = args.peak_tflops * 1e12 if args.peak_tflops else next(
-        (f for k, f in PEAK_BF16.items() if k in name), None)
+    top = peak_flops(args, name)
     flops = model_flops(cfg, tokens, int((labels != -100).sum()), args.max_len)
     threads = f", {torch.get_num_threads()} threads" if args.device.type == "cpu" else ""
     print(f"{args.size} (L{cfg.num_hidden_layers} H{cfg.hidden_size} A{cfg.num_attention_heads}), batch "
@@ -317,8 +343,8 @@ def measure(args, argv):
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for v in args.variants:
         vs_hf = f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-"
-        mfu = ("n/a (no GPU)" if args.device.type == "cpu" else "n/a (unknown peak)" if not peak_flops
-               else f"{flops / med[v] / peak_flops:.1%}")
+        mfu = ("n/a (no GPU)" if args.device.type == "cpu" else f"n/a (unknown peak of {name}: --peak_tflops)"
+               if not top else f"{flops / med[v] / top:.1%}")
         mb = [f"{d[v] / 2**20:,.0f}" if v in d else "-" for d in (peak, saved)]
         print(f"| {v} | {med[v] * 1e3:.0f} | {tokens / med[v]:,.0f} | {vs_hf} | {mb[0]} | {mb[1]} | {mfu} |")
 
@@ -420,6 +446,195 @@ def wait_policies(steps, busy, repeats=3):
     for (threads, policy), t in times.items():
         print(f"| {threads} | {'spin' if policy == 'ACTIVE' else 'sleep'} (OMP_WAIT_POLICY={policy}) | "
               f"{statistics.median(t):.1f} | {', '.join(f'{x:.1f}' for x in t)} |")
+
+# ----------------------------------------------------------------------------- the real loop, the GPU check
+
+def loop(args, steps, micro_batches=2, count_syncs=False):
+    """`steps` steps of the real training loop (taco.main on the toy corpus: dynamic masking,
+    accumulation over `micro_batches`, the optimizer, the loop's checks) at args' size, batch,
+    length, precision and --compile -> {step_ms (median after the first two steps), recompiles
+    (frames torch.compile compiled after the first step), syncs: fast.HostSyncs's counts}.
+    The step boundaries are taken from outside: train() calls taco.get_lr once per step."""
+    import taco
+    real, stamps, frames = taco.get_lr, [], torch._dynamo.utils.counters["frames"]
+
+    def stamped(*a):
+        sync(args.device)
+        stamps.append((time.perf_counter(), frames["ok"]))
+        return real(*a)
+    argv = ["--size", args.size, "--data", "toy", "--vocab", "toy", "--steps", str(steps), "--warmup", "1",
+            "--batch_size", str(args.batch_size), "--device_batch_size", str(args.batch_size // micro_batches),
+            "--max_len", str(args.max_len), "--eval_blocks", "0", "--save_every", str(10 * steps), "--log_every",
+            str(10 * steps), "--device", str(args.device), "--dtype", args.dtype] + \
+        ["--compile"] * args.compile + ["--threads", str(args.threads)] * bool(args.threads)
+    syncs, said = fast.HostSyncs() if count_syncs else contextlib.nullcontext(), io.StringIO()
+    with tempfile.TemporaryDirectory() as out, syncs, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        taco.get_lr = stamped
+        try:
+            taco.main(argv + ["--out", out])
+        except SystemExit as stop:  # taco's one error line: the reason
+            raise RuntimeError((said.getvalue().strip().splitlines() or [f"exit {stop.code}"])[-1]) from None
+        finally:
+            taco.get_lr = real
+    sync(args.device)
+    stamps.append((time.perf_counter(), frames["ok"]))
+    step_s = [b[0] - a[0] for a, b in zip(stamps, stamps[1:])][2:] or [stamps[-1][0] - stamps[0][0]]
+    return {"step_ms": statistics.median(step_s) * 1e3, "recompiles": stamps[-1][1] - stamps[1][1],
+            "syncs": syncs.counts if count_syncs else None}
+
+
+def sync_summary(counts, steps):
+    """HostSyncs' counts -> (syncs per step in the method, the loop's own (runs.py) in all the steps)."""
+    loop_n = sum(n for w, n in counts.items() if w.startswith("engine/runs.py"))
+    return (sum(counts.values()) - loop_n) / steps, loop_n
+
+
+def loop_report(args):
+    """-> (the loop's step time, what else it measured), from a timed run and a 3-step counted one."""
+    timed, counted = loop(args, args.steps + 2), loop(args, 3, count_syncs=True)
+    method, own = sync_summary(counted["syncs"], 3)
+    tokens_s = args.batch_size * args.max_len / timed["step_ms"] * 1e3
+    return f"{timed['step_ms']:.1f} ms", (
+        f"real loop (toy corpus, dynamic masking, 2 micro-batches, AdamW), {tokens_s:,.0f} tokens/s; "
+        f"{timed['recompiles']} recompiles after step 1; host syncs per step: {method:g} in the method, "
+        f"{own} by the loop's checks in 3 steps (a .tolist() is not seen on a CPU): {dict(counted['syncs'])}")
+
+
+def print_loop(args):
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    step, detail = loop_report(args)
+    print(f"{args.size}, batch {args.batch_size} x {args.max_len}, {args.dtype}{', compiled' * args.compile} | "
+          f"{device_name(args.device)}: step {step}, median of {args.steps}; {detail}")
+
+
+def gpu_check(args, minutes=7.5):
+    """The prepared check for the first GPU (docs/speed.md): every row measured or saying why not,
+    within `minutes`; the table printed and written to --out as gpu_check.md and gpu_check.json."""
+    t_end, cuda, rows = time.time() + 60 * minutes, args.device.type == "cuda", []
+    cfg, name = BertConfig.from_size(args.size), device_name(args.device)
+    peak = peak_flops(args, name)
+
+    def mfu(b, t, ms):
+        return f"{model_flops(cfg, b * t, int(0.15 * b * t), t) / (ms / 1e3) / peak:.1%}" if peak and cuda else \
+            ("n/a (no GPU)" if not cuda else f"n/a (unknown peak of {name}: pass --peak_tflops)")
+
+    def row(what, measure, skip=None):
+        if skip or time.time() > t_end:
+            rows.append({"check": what, "value": "n/a", "detail": skip or f"out of time ({minutes} min)"})
+        else:
+            try:
+                value, detail = measure()
+            except Exception as err:  # fail soft: the row says why, the others still run
+                value, detail = "n/a", f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"
+            rows.append({"check": what, "value": value, "detail": detail})
+        print(f"| {rows[-1]['check']} | {rows[-1]['value']} | {rows[-1]['detail']} |", flush=True)
+
+    def steps(variants, b, compiled=False):  # median ms of the fixed-batch step of each variant
+        run = argparse.Namespace(**{**vars(args), "batch_size": b, "compile": compiled})
+        inputs, labels = make_batch(run)
+        fns = {v: make_step(v, run, cfg, inputs, labels)[0] for v in variants}
+        times = {v: [] for v in variants}
+        for i in range(args.warmup + args.steps):
+            for v, fn in fns.items():
+                sync(args.device)
+                t0 = time.perf_counter()
+                fn(i)
+                sync(args.device)
+                times[v].append(time.perf_counter() - t0)
+        return {v: statistics.median(t[args.warmup:]) * 1e3 for v, t in times.items()}
+
+    B, T = args.batch_size, args.max_len
+    print(f"{args.size}, {args.dtype}, {B} x {T} | {name} | torch {torch.__version__}\n\n| check | value | detail |\n"
+          f"| --- | ---: | --- |")
+    plain = {}
+    for compiled in (False, True):
+        tag = " --compile" if compiled else ""
+
+        def fixed(compiled=compiled):
+            plain[compiled] = ms = steps(["taco-mlm", "taco-tc"], B, compiled)
+            return f"{ms['taco-tc']:.1f} ms", (f"taco-tc: MFU {mfu(B, T, ms['taco-tc'])}; taco-mlm {ms['taco-mlm']:.1f} "
+                                              f"ms, MFU {mfu(B, T, ms['taco-mlm'])}; tc_overhead "
+                                              f"{ms['taco-tc'] / ms['taco-mlm']:.3f}")
+        row(f"step {B} x {T}{tag}", fixed, "skipped on the CPU (compiling takes minutes)" if compiled and not cuda
+            else None)
+
+    def largest():
+        best = None
+        for b in (64, 128, 256, 512, 1024):
+            try:
+                best = (b, steps(["taco-tc"], b)["taco-tc"])
+            except torch.cuda.OutOfMemoryError:
+                break
+            finally:
+                torch.cuda.empty_cache()
+        return (f"{best[0]} x {T}", f"taco-tc {best[1]:.0f} ms, {best[0] * T / best[1] * 1e3:,.0f} tokens/s, MFU "
+                f"{mfu(best[0], T, best[1])}") if best else ("n/a", "64 does not fit")
+    row("largest micro-batch", largest, None if cuda else "n/a on the CPU (no device memory to fill)")
+
+    def memory_row():
+        inputs, labels = make_batch(args)
+        added = memory("taco-tc", args, cfg, inputs, labels)
+        total = f", peak allocated {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if cuda else ""
+        return f"{added / 2**20:,.0f} MB", f"taco-tc {B} x {T}: what two steps add to the weights{total}"
+    row("peak memory", memory_row)
+
+    row("training loop step", lambda: loop_report(args))
+
+    def save_row():
+        from engine import checkpoints
+        model = BertForPreTraining(cfg).to(args.device)
+        optimizer = configure_optimizer(model, 1e-4, 0.01)
+        model(torch.zeros(1, 8, dtype=torch.long, device=args.device))[0].float().sum().backward()
+        optimizer.step()
+        times = []
+        with tempfile.TemporaryDirectory(dir=".") as out:
+            for step in range(1, 4):  # the later ones rotate (keep_last 2), as a run does
+                t0 = time.perf_counter()
+                path = checkpoints.save_checkpoint(out, {"model": model.state_dict(), "optimizer":
+                                                         optimizer.state_dict(), "step": step}, keep_last=2)
+                times.append(time.perf_counter() - t0)
+            mb = os.path.getsize(path) / 1e6
+        return f"{statistics.median(times):.2f} s", f"{mb:,.0f} MB (weights + AdamW), with rotation; every save blocks"
+    row("checkpoint save", save_row)
+
+    def global_row(ranks=8):
+        from engine import runs
+        gen = torch.Generator(args.device).manual_seed(0)
+        h = torch.randn(B, T, cfg.hidden_size, device=args.device, generator=gen, requires_grad=True)
+        e = torch.randn(B, T, cfg.hidden_size, device=args.device, generator=gen)
+        real = runs.gather_pool
+
+        def tc(group):
+            sync(args.device)
+            t0 = time.perf_counter()
+            for _ in range(3):
+                tc_loss(h, e, generator=torch.Generator(args.device).manual_seed(1), fast=True, group=group).backward()
+            sync(args.device)
+            return (time.perf_counter() - t0) / 3 * 1e3
+        runs.gather_pool = lambda keys, pool, group: (keys.repeat(ranks, 1), pool.repeat(ranks, 1), slice(0, len(pool)))
+        try:
+            tc(None), tc(True)  # warm-up, and fast.py's route measured for both shapes
+            here, pooled = tc(None), tc(True)
+        finally:
+            runs.gather_pool = real
+        gathered = ranks * B * T * (cfg.hidden_size * 4 + 1) / 2**20
+        return f"+{pooled - here:.1f} ms", (f"TC loss of a {B} x {T} micro-batch: {here:.1f} ms with its own negatives, "
+                                           f"{pooled:.1f} ms from {ranks} ranks' (simulated on one device); per step "
+                                           f"x the micro-batches per rank; the all_gather of {gathered:,.0f} MB is "
+                                           f"not included")
+    row("--negatives_from global", global_row)
+
+    os.makedirs(args.out, exist_ok=True)
+    head = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": name, "torch": torch.__version__,
+            "size": args.size, "dtype": args.dtype, "batch": f"{B} x {T}", "peak_tflops": peak and peak / 1e12}
+    table = "\n".join(f"| {r['check']} | {r['value']} | {r['detail']} |" for r in rows)
+    from engine.checkpoints import write_bytes, write_json
+    write_json(os.path.join(args.out, "gpu_check.json"), {**head, "rows": rows})
+    write_bytes(os.path.join(args.out, "gpu_check.md"), (f"{', '.join(f'{k} {v}' for k, v in head.items())}\n\n"
+                                                         f"| check | value | detail |\n| --- | ---: | --- |\n{table}\n").encode())
+    print(f"\nwritten: {os.path.join(args.out, 'gpu_check.md')} and gpu_check.json")
+
 
 if __name__ == "__main__":
     main()
