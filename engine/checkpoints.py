@@ -285,6 +285,7 @@ def newest_checkpoint(out, need=WEIGHTS, tries=20, load=True):
     or None (load=False: its path only). It is opened, verified through the open file and loaded
     from it, so a run saving beside us, whose rotation deletes what we listed, never fails the
     read: a vanished checkpoint means a newer one was written, so we list again."""
+    gone = set()
     for _ in range(tries):
         for path in list_checkpoints(out):
             try:
@@ -293,7 +294,8 @@ def newest_checkpoint(out, need=WEIGHTS, tries=20, load=True):
                     raise UsageError(reason)
                 return (path, state) if load else path
             except (UsageError, FileNotFoundError) as err:
-                if vanished(path):
+                if vanished(path) and path not in gone:  # listed again once gone: half of it is left, not rotation
+                    gone.add(path)
                     break
                 print(f"warning: skipping checkpoint {path}: {err}", file=sys.stderr)
         else:

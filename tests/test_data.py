@@ -226,7 +226,8 @@ def test_training_peak_rss_on_a_corpus_64x_the_toy_one(tmp_path):
     toy = 413_903 * 2 / 1e9  # GB of uint16 tokens
     small, big = training_peak_rss(tmp_path, toy), training_peak_rss(tmp_path, 64 * toy)
     print(f"\npeak RSS of taco.py: {small:.0f} MB on the toy corpus's size, {big:.0f} MB on 64x ({64 * toy * 1e3:.0f} MB)")
-    assert big - small < 10
+    # made resident, the 53 MB array would add ~50 MB; the peak itself wanders by ~15 MB from run to run
+    assert big - small < 64 * toy * 1e3 / 2
 
 
 @pytest.mark.skipif("TACO_RSS_GB" not in os.environ,
