@@ -122,7 +122,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     raw.load_state_dict(weights, strict=False)
     raw.to(device)
     if not args.plain:
-        fast.speed_up(raw)  # faster CPU dropout and attention: the same computation (fast.py)
+        fast.speed_up(raw)  # faster CPU dropout and attention: the same computation (engine/fast.py)
     model = DDP(raw, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else raw
     optimizer = configure_optimizer(raw, lr, args.weight_decay)  # as in pre-training
     scaler = torch.amp.GradScaler(device.type, enabled=args.dtype == "fp16")

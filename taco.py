@@ -44,7 +44,7 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
     h: last-layer hidden states (B, T, H); e: embedding-layer output (B, T, H);
     attention_mask: (B, T), 1 = real token (None: all real, as in packed pre-training blocks);
     positions: optional (B, T) bool restricting the anchors (e.g. masked tokens only);
-    fast: the cosines by fast.SampledCosines instead of normalize + einsum: the same numbers, at
+    fast: the cosines by engine/fast.py's SampledCosines instead of normalize + einsum: the same numbers, at
     linear cost (the training loop's default; --plain_tc or --plain turn it off);
     group: a torch.distributed group whose ranks pool their micro-batches for negatives (every
     rank must pass a generator in the same state); None: negatives from this micro-batch.
@@ -68,7 +68,7 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
         pos = sample_positives(pool, window, generator)[mine]  # (B, T): j, near i in its sequence
         neg = sample_negatives(pool, num_negatives, generator)[mine]  # (B, T, K): k, in other sequences
         cols = torch.cat([pos[..., None], neg], -1).reshape(B * T, -1)  # (B*T, 1+K), the positive first
-        if fast:  # the same cosines at linear cost, normalising g itself (fast.py)
+        if fast:  # the same cosines at linear cost, normalising g itself (engine/fast.py)
             cos = SampledCosines.apply(g.reshape(B * T, H), keys, cols)
         else:
             cos = torch.einsum("nh,njh->nj", z, keys[cols])  # z_i . z_j for each j in cols: (B*T, 1+K)
@@ -433,7 +433,7 @@ def train(args):
         raw = make_model(args, cfg, init.state if init and not run.resuming else None).to(run.device)
         teacher = make_teacher(cfg, init.state, args.teacher_dropout == "on", run.device) if args.objective == "tacl" else None
         for module in filter(None, (raw, teacher) if not args.plain else ()):
-            speed_up(module)  # fast.py's CPU dropout and attention: the same computation, faster
+            speed_up(module)  # engine/fast.py's CPU dropout and attention: the same computation, faster
         optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
         scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == "fp16")  # fp16 only: scaled gradients
         start = run.begin(raw, optimizer, scaler, tok, batches, eval_blocks, init)  # refuse to clobber; resume; config.json

@@ -217,7 +217,7 @@ def get_args(argv=None):
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision; None: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
     cli.add_threads_flag(p)
-    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention instead of fast.py's "
+    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention instead of engine/fast.py's "
                    "CPU equivalents (the same computation, other random draws)")
     # output
     p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, best/TASK "

@@ -67,7 +67,7 @@ def get_args(argv=None):
     p.add_argument("--temperature", type=float_range(0, lo_open=True), default=None, help="tau of the InfoNCE softmax "
                    "(default: 0.07 for taco, 0.01 for tacl)")
     p.add_argument("--plain_tc", action="store_true", help="compute the TC cosines by the plain einsum "
-                   "(the same numbers, slower, more memory) instead of fast.SampledCosines")
+                   "(the same numbers, slower, more memory) instead of engine/fast.py's SampledCosines")
     p.add_argument("--teacher_dropout", default="on", choices=["on", "off"],
                    help="tacl: dropout in the frozen teacher; on as in the official code (yxuansu/TaCL#11)")
     p.add_argument("--mlm_probability", type=float_range(0, 1, lo_open=True, hi_open=True), default=None,
@@ -113,7 +113,7 @@ def get_args(argv=None):
                    help="autocast precision (default: bf16 on capable CUDA, else fp32)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--plain", action="store_true", help="every plain form: --plain_tc, and PyTorch's own dropout and "
-                   "attention instead of fast.py's CPU equivalents (the same computation, other random draws)")
+                   "attention instead of engine/fast.py's CPU equivalents (the same computation, other random draws)")
     cli.add_threads_flag(p)
     # output
     p.add_argument("--out", default="runs/taco", help="run directory: config, metrics, checkpoints")

@@ -184,12 +184,14 @@ def also_missing(args):
 
 
 class Run:
-    """The engineering of one taco.py run. `with Run(args) as run:` sets all of its state, before
-    the loop's first line: torchrun's ranks (or one process), CPU threads, --compile's compiler,
-    the checks across flags, --out and its lock, the checkpoint to resume from, the precision.
-    Leaving it releases what the run holds (the lock, the signal handlers, the process group).
-    Then train() calls tokens, begin (-> the step to start at), steps, and in the loop reseed,
-    early_estimate, agree (the step's one host sync), eval_due, log, save, stop_if_signalled; end.
+    """The engineering of one taco.py run. `with Run(args) as run:` sets its state in one place,
+    before the loop's first line: torchrun's ranks (or one process), CPU threads, --compile's
+    compiler, the checks across flags, --out and its lock, the checkpoint to resume from, the
+    precision. Leaving it releases what the run holds (the lock, the signal handlers, the process
+    group). Two calls add what needs the model or the loop: begin (the model's config and the
+    inputs' checksums; -> the step to start at) and steps (the bar and the stop signals). train()
+    calls, in this order: tokens, begin, steps, and in the loop reseed, early_estimate, agree (the
+    step's one host sync), eval_due, log, save, stop_if_signalled; then end.
     """
 
     def __init__(self, args):

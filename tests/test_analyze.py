@@ -1,4 +1,4 @@
-"""Tests for analyze.py: python -m pytest -q test_analyze.py (study.py: test_study.py)"""
+"""Tests for tools/analyze.py: python -m pytest -q tests/test_analyze.py (tools/study.py: tests/test_study.py)"""
 import json
 import math
 import os

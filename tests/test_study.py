@@ -1,4 +1,4 @@
-"""Tests for study.py: python -m pytest -q test_study.py"""
+"""Tests for tools/study.py: python -m pytest -q tests/test_study.py"""
 import argparse
 import json
 import os
