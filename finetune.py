@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from data import WordPieceTokenizer, load_tokenizer
 from engine import checkpoints, fast, folders
-from engine.checkpoints import find_weights, load_checkpoint, vocab_beside
+from engine.checkpoints import find_weights, load_taco, vocab_beside
 from engine.cli import UsageError
 from engine.finetuning import (FT_RECIPES, choose_ft_recipe, format_table, get_args, save_best, scored, summarize,
                                warmup_steps)
@@ -98,7 +98,7 @@ def load_pretrained(spec):
                                                if not k.startswith("classifier.")})
             weights = {k: v for k, v in model.state_dict().items() if k not in fresh}
         else:  # taco: the encoder of BertForPreTraining, and the pooler an --init brought
-            state = load_checkpoint(source)
+            source, state = load_taco(spec, source)  # a run saving there may rotate checkpoints away
             config = BertConfig.from_dict(state["model_config"])
             weights = {k: v for k, v in state["model"].items() if k.startswith(("bert.", "pooler."))}
         missing, unexpected = BertForSequenceClassification(config).load_state_dict(weights, strict=False)

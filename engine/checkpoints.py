@@ -404,6 +404,12 @@ def trained_with(spec):
     return source, run
 
 
+def load_taco(spec, source):
+    """(source, state) of the taco checkpoint `spec` names (find_weights' `source`): of a run folder, its
+    newest valid checkpoint at the moment of reading (a run saving there may rotate `source` away)."""
+    return (newest_checkpoint(spec) if os.path.isdir(spec) else None) or (source, load_checkpoint(source))
+
+
 class Init(NamedTuple):
     """The weights --init continues from: the model's config, its state dict, the file or folder."""
     config: BertConfig
@@ -420,8 +426,7 @@ def load_init(spec, flag="--init"):
         if is_hf:
             model = BertForPreTraining.from_pretrained(source)
             return Init(model.config, model.state_dict(), source)
-        found = newest_checkpoint(spec) if os.path.isdir(spec) else None  # a saving run may rotate `source` away
-        source, state = found or (source, load_checkpoint(source))
+        source, state = load_taco(spec, source)
         return Init(BertConfig.from_dict(state["model_config"]), state["model"], source)
     except UsageError:
         raise
