@@ -199,7 +199,8 @@ def test_a_signal_while_torch_loads_is_one_line(sig, tmp_path):
     for script in ("taco.py", "finetune.py", "tools/bench.py"):
         proc = subprocess.Popen([sys.executable, os.path.join(HERE, script), "--out", str(tmp_path / "run")],
                                 env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # as from a terminal, even under nohup:
+                                preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))  # not ignored
         assert proc.stdout.readline() == "importing\n"
         proc.send_signal(sig)
         assert proc.wait(timeout=60) == 128 + sig, script
