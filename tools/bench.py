@@ -7,6 +7,8 @@
     python tools/bench.py --variants taco-mlm,taco-tc --profile       # + where the time goes, op by op
     python tools/bench.py --tokenizer big.txt --vocab path/to/vocab.txt   # the tokenizer vs Hugging Face's
     python tools/bench.py --wait_policy --steps 60 --busy 1               # threads on a shared machine (README: Threads)
+    python tools/bench.py --loop --size tiny --steps 5                # the real training loop (docs/speed.md)
+    python tools/bench.py --gpu_check                                 # the prepared check for a GPU (docs/speed.md)
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
 taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
@@ -16,19 +18,16 @@ tokens masked by data.mask_tokens.
     hf-mlm    transformers.BertForMaskedLM (sdpa): logits over the vocabulary at every token
     hf-tc     the same + the TC loss in its plain form, as users bolt it on: taco.tc_loss(fast=False),
               which gathers an (N, 1+K, H) copy of the keys
-    taco-retromae  (on request) RetroMAE: whole-word MLM at 30% + the one-layer decoder rebuilding
-              every token (taco.retromae_loss); its batch (masks, decoder visibility) is built
-              once, outside the timed step, and its own cost is printed apart
+    taco-retromae  (on request) RetroMAE: whole-word MLM at 30% + the one-layer decoder rebuilding every
+              token (taco.retromae_loss); its batch is built outside the timed step, its cost printed apart
 Variants alternate step by step (A B C D A B C D ...) and the table shows medians, so the
 machine's drift cancels. "peak MB" is what two steps add on top of the weights (gradients,
 AdamW state, activations, temporaries): the CUDA allocator's peak, or on CPU the peak RSS
 of a fresh process per variant. "saved MB" is what autograd keeps for the backward. MFU
 (CUDA only) counts the same useful FLOPs for every variant (encoder + MLM head at the
-masked rows) against the device's dense bf16 peak. The last two lines are machine-readable:
-    speedup_vs_hf: taco-mlm tokens/s / hf-mlm tokens/s
-    tc_overhead:   taco-tc step time / taco-mlm step time
-    retromae_overhead: taco-retromae step time / taco-mlm step time (when measured)
-With --tokenizer FILE it times the WordPiece tokenizer instead (`tokenizers` below).
+masked rows) against the device's dense bf16 peak. The last lines are machine-readable:
+speedup_vs_hf (taco-mlm tokens/s / hf-mlm's), tc_overhead (taco-tc step time / taco-mlm's)
+and, when measured, retromae_overhead (taco-retromae step time / taco-mlm's).
 """
 import argparse
 import contextlib
@@ -42,18 +41,18 @@ import tempfile
 import time
 from types import SimpleNamespace
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # python tools/NAME.py: the root's modules
 from engine import cli
 cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import torch
 
-from engine import fast
+from engine import checkpoints, fast
 from engine.cli import float_range, int_range
-from data import load_tokenizer, mask_tokens, retromae_batch
+from data import WordPieceTokenizer, load_tokenizer, mask_tokens, retromae_batch
 from engine.corpus import read_documents
 from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
 from taco import DecoderInputs, MaskedBatch, compute_loss, configure_optimizer, retromae_loss, tc_loss
-from data import WordPieceTokenizer
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
 ON_REQUEST = ["taco-retromae"]
@@ -64,52 +63,47 @@ PEAK_BF16 = {"NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA H100
              "NVIDIA B200": 2250, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-SXM4-40GB": 312,
              "NVIDIA A100-PCIE-40GB": 312, "NVIDIA A100 80GB PCIe": 312, "NVIDIA A800-SXM4-80GB": 312,
              "NVIDIA L40S": 362, "NVIDIA L4": 121, "NVIDIA A10": 125}
-
-
-def peak_flops(args, name):
-    """The device's dense bf16 FLOP/s: --peak_tflops, else PEAK_BF16's for its exact name, else None."""
-    return args.peak_tflops * 1e12 if args.peak_tflops else PEAK_BF16.get(name, 0) * 1e12 or None
+# bert-base-uncased's special ids; for RetroMAE's whole-word masks every random id is a whole word
+TOK = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103, pad_id=0, cls_id=101,
+                      sep_id=102, is_continuation=torch.zeros(30522, dtype=torch.bool))
 
 
 def get_args(argv=None):
-    p = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--size", default=None, choices=list(SIZES), help="model size (default: small; base with --gpu_check)")
-    p.add_argument("--batch_size", type=int_range(1), default=None,
-                   help="sequences per step (default: 16; 32 with --gpu_check)")
-    p.add_argument("--max_len", type=int_range(8, 512), default=None,
-                   help="tokens per sequence (default: 128; 256 with --gpu_check)")
+    p = cli.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=cli.HelpFormatter)
+    p.add_argument("--size", choices=list(SIZES), help="model size (default: small; base with --gpu_check)")
+    p.add_argument("--batch_size", type=int_range(1), help="sequences per step (default: 16; 32 with --gpu_check)")
+    p.add_argument("--max_len", type=int_range(8, 512), help="tokens per sequence (default: 128; 256 with --gpu_check)")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="autocast precision (default: bf16 on CUDA, "
+                   "fp32 on CPU)")
+    p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument("--steps", type=int_range(1), default=10, help="timed steps per variant")
+    p.add_argument("--warmup", type=int_range(0), default=2, help="untimed steps per variant first")
+    cli.add_threads_flag(p)
+    p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS + ON_REQUEST)}")
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure peak memory; on CPU in one fresh process per variant")
+    p.add_argument("--peak_tflops", type=float_range(0, lo_open=True),
+                   help="the device's dense bf16 TFLOP/s for MFU (default: looked up by GPU name)")
+    p.add_argument("--profile", action="store_true", help="also print torch.profiler's top operations of one step "
+                   "of each variant")
+    p.add_argument("--probe", help="internal: print one variant's memory and exit")
+    # the other modes
     p.add_argument("--loop", action="store_true", help="time the real training loop instead (python taco.py on the toy "
                    "corpus: dynamic masking, 2 micro-batches a step, the optimizer, the loop's checks) and count the "
                    "torch.compile recompiles and the host syncs per step it makes")
     p.add_argument("--gpu_check", action="store_true", help="the prepared check for a GPU (docs/speed.md): one table "
                    "of step times, MFU, tc_overhead, memory, checkpoint and host-sync costs, also written to --out")
-    p.add_argument("--out", default="gpu_check", help="with --gpu_check: the folder for gpu_check.md and "
-                   "gpu_check.json (default: ./gpu_check)")
-    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                   help="autocast precision (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--compile", action="store_true", help="torch.compile every model")
-    p.add_argument("--steps", type=int_range(1), default=10, help="timed steps per variant (default: 10)")
-    p.add_argument("--warmup", type=int_range(0), default=2, help="untimed steps per variant first (default: 2)")
-    p.add_argument("--threads", type=int_range(1), default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the default "
-                   + ",".join(VARIANTS))
-    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
-                   help="measure peak memory; on CPU in one fresh process per variant (default: on)")
-    p.add_argument("--peak_tflops", type=float_range(0, lo_open=True), default=None,
-                   help="the device's dense bf16 TFLOP/s for MFU (default: looked up by GPU name)")
-    p.add_argument("--profile", action="store_true",
-                   help="also print torch.profiler's top operations of one step of each variant")
-    p.add_argument("--probe", default=None, help="internal: print one variant's memory and exit")
+    p.add_argument("--out", default="gpu_check", help="with --gpu_check: the folder for gpu_check.md and .json")
     p.add_argument("--tokenizer", metavar="FILE", help="time the tokenizer on this text file against Hugging Face's "
                    "(one thread) instead of a training step")
+    p.add_argument("--vocab", default="bert-base-uncased", help="with --tokenizer: toy, a vocab.txt, a folder with "
+                   "one, or a hub model id")
     p.add_argument("--wait_policy", action="store_true", help="time `python taco.py --steps STEPS` with 1 and all "
                    "threads, idle threads spinning (OMP_WAIT_POLICY=ACTIVE) or sleeping (PASSIVE, taco's default), "
                    "while --busy other processes keep cores busy")
     p.add_argument("--busy", type=int_range(0), default=1, help="with --wait_policy: busy-looping processes started "
-                   "beside the runs, as other jobs on a shared machine (default: 1)")
-    p.add_argument("--vocab", default="bert-base-uncased", help="with --tokenizer: toy, a vocab.txt, a folder with "
-                   "one, or a hub model id")
+                   "beside the runs, as other jobs on a shared machine")
     args = p.parse_args(argv)
     with cli.errors():
         args.device = cli.device(args.device)
@@ -125,58 +119,60 @@ def get_args(argv=None):
     return args
 
 
-def make_batch(args):
-    """Random bert-base-uncased ids: [CLS] ... [SEP], 15% masked (80/10/10)."""
-    tok = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103)
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(999, tok.vocab_size, (args.batch_size, args.max_len), generator=gen)
-    ids[:, 0], ids[:, -1] = 101, 102
-    inputs, labels = mask_tokens(ids, tok, 0.15, gen)
-    return inputs.to(args.device), labels.to(args.device)
+def main(argv=None):
+    args = get_args(argv)
+    with cli.errors():  # Ctrl-C: one line, no traceback
+        cli.set_threads(args.threads)
+        if args.tokenizer:
+            return tokenizers(args.tokenizer, args.vocab)
+        if args.wait_policy:
+            return wait_policies(args.steps, args.busy)
+        if args.loop:
+            step, detail = loop_row(args)
+            return print(f"{args.size}, batch {args.batch_size} x {args.max_len}, {args.dtype}"
+                         f"{', compiled' * args.compile} | {device_name(args.device)}: step {step}, median of "
+                         f"{args.steps}; {detail}")
+        if args.gpu_check:
+            return gpu_check(args)
+        measure(args, argv)
 
 
-def make_retromae_batch(args):
-    """make_batch's ids as RetroMAE's batch (every id a whole word) -> (inputs, labels, DecoderInputs, ms)."""
-    tok = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103, pad_id=0, cls_id=101,
-                          sep_id=102, is_continuation=torch.zeros(30522, dtype=torch.bool))
+# ----------------------------------------------------------------------------- one step of each variant
+
+def make_batch(args, retromae=False):
+    """Random ids of bert-base-uncased's vocabulary, [CLS] ... [SEP], 15% masked (80/10/10) ->
+    (inputs, labels) on the device; retromae: RetroMAE's batch -> ((inputs, labels, DecoderInputs), ms it took)."""
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(999, tok.vocab_size, (args.batch_size, args.max_len), generator=gen)
-    ids[:, 0], ids[:, -1] = 101, 102
+    ids = torch.randint(999, TOK.vocab_size, (args.batch_size, args.max_len), generator=gen)
+    ids[:, 0], ids[:, -1] = TOK.cls_id, TOK.sep_id
+    if not retromae:
+        return [t.to(args.device) for t in mask_tokens(ids, TOK, 0.15, gen)]
     t0 = time.perf_counter()
-    inputs, labels, visible, dec_labels = retromae_batch(ids, tok, 0.3, 0.5, gen)
+    inputs, labels, visible, dec_labels = retromae_batch(ids, TOK, 0.3, 0.5, gen)
     ms = (time.perf_counter() - t0) * 1e3
-    dec = DecoderInputs(ids, visible, dec_labels).to(args.device)
-    return inputs.to(args.device), labels.to(args.device), dec, ms
+    return (inputs.to(args.device), labels.to(args.device), DecoderInputs(ids, visible, dec_labels).to(args.device)), ms
 
 
 def make_step(name, args, cfg, inputs, labels):
     """-> (step(seed), model): one full training step of the variant."""
     torch.manual_seed(0)
-    if name == "taco-retromae":
-        model = RetroMAEForPreTraining(cfg)
-        inputs, labels, dec, _ = make_retromae_batch(args)
-    elif name.startswith("taco"):
-        model = BertForPreTraining(cfg)
-    else:
+    if name.startswith("hf"):
         import transformers
-        hf_cfg = transformers.BertConfig(attn_implementation="sdpa", **{
-            k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                                         "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                                         "hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps")})
-        model = transformers.BertForMaskedLM(hf_cfg)
+        model = transformers.BertForMaskedLM(transformers.BertConfig(attn_implementation="sdpa", **cfg.to_hf_dict()))
+    else:  # taco's CPU dropout and attention, as taco.py trains
+        model = fast.speed_up(RetroMAEForPreTraining(cfg) if name == "taco-retromae" else BertForPreTraining(cfg))
+    if name == "taco-retromae":
+        inputs, labels, dec = make_batch(args, retromae=True)[0]
     model = model.to(args.device).train()
-    if name.startswith("taco"):
-        fast.speed_up(model)  # taco's CPU dropout and attention, as taco.py trains
     loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm", tc_weight=1.0, window=5,
                                 negatives=50, temperature=0.07, negatives_from="device", plain_tc=False, plain=False)
     optimizer = configure_optimizer(model, lr=1e-4, weight_decay=0.01)
     scaler = torch.amp.GradScaler(args.device.type, enabled=args.dtype == "fp16")
     run = torch.compile(model) if args.compile else model
-    amp = args.autocast
 
     def step(seed):
         gen = torch.Generator(args.device).manual_seed(seed)
-        with amp:
+        with args.autocast:
             if name == "taco-retromae":
                 loss = retromae_loss(run, inputs, labels, dec)[0]
             elif name.startswith("taco"):
@@ -197,6 +193,21 @@ def make_step(name, args, cfg, inputs, labels):
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def alternate(fns, device, rounds, warmup=0, times=None):
+    """Call every fn(i) in turn (A B C A B C ...: the machine's drift hits each alike), `warmup`
+    untimed rounds first -> {name: median ms}; `times` gets every timed call's ms."""
+    times = {name: [] for name in fns} if times is None else times
+    for i in range(warmup + rounds):
+        for name, fn in fns.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn(i)
+            sync(device)
+            if i >= warmup:
+                times.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(times[name]) for name in fns}
 
 
 def saved_bytes(step, model):
@@ -249,11 +260,96 @@ def rss(field):
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
 
 
-def model_flops(cfg, tokens, masked, T):
-    """Useful FLOPs of a step (forward + backward = 3x forward): encoder matmuls, attention,
-    and the MLM head at the masked rows only."""
-    L, H, V = cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
-    return 6 * tokens * L * 12 * H * H + 12 * tokens * L * T * H + 6 * masked * (H * H + H * V)
+def model_flops(cfg, labels):
+    """Useful FLOPs of a step on this batch (forward + backward = 3x forward): encoder matmuls,
+    attention, and the MLM head at the masked rows only."""
+    (B, T), L, H, V = labels.shape, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
+    return 6 * B * T * L * 12 * H * H + 12 * B * T * L * T * H + 6 * int((labels != -100).sum()) * (H * H + H * V)
+
+
+def peak_flops(args, name):
+    """The device's dense bf16 FLOP/s: --peak_tflops, else PEAK_BF16's for its exact name, else None."""
+    return args.peak_tflops * 1e12 if args.peak_tflops else PEAK_BF16.get(name, 0) * 1e12 or None
+
+
+def mfu(args, name, flops, ms):
+    """`flops` done in `ms` as a share of the device's dense bf16 peak, or why there is none."""
+    if args.device.type != "cuda":
+        return "n/a (no GPU)"
+    peak = peak_flops(args, name)
+    return f"{flops / ms * 1e3 / peak:.1%}" if peak else f"n/a (unknown peak of {name}: pass --peak_tflops)"
+
+
+def device_name(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as f:
+        return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    return platform.processor() or "cpu"
+
+
+def row(*cells):
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def head(*names):
+    """A markdown table's first two lines; a name ending in ':' is a right-aligned column."""
+    return row(*(n.rstrip(":") for n in names)) + "\n" + row(*("---:" if n[-1] == ":" else "---" for n in names))
+
+
+def measure(args, argv):
+    """Time (and size) every variant; print the table and the machine-readable lines."""
+    cfg = BertConfig.from_size(args.size)
+    inputs, labels = make_batch(args)
+    if args.probe:  # a fresh process measuring one variant's CPU memory
+        return print(memory(args.probe, args, cfg, inputs, labels))
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+        print("note: transformers is not installed; the hf-* variants are skipped")
+        args.variants = [v for v in args.variants if not v.startswith("hf")]
+    steps, saved, peak = {}, {}, {}
+    for v in args.variants:
+        steps[v], model = make_step(v, args, cfg, inputs, labels)
+        if not args.compile:  # saved-tensor hooks and torch.compile do not mix
+            saved[v] = saved_bytes(steps[v], model)
+    med = alternate(steps, args.device, args.steps, args.warmup)  # ms
+    if args.memory and (args.device.type == "cuda" or os.path.exists("/proc/self/status")):
+        for v in args.variants:
+            cmd = [sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv), "--probe", v]
+            peak[v] = memory(v, args, cfg, inputs, labels) if args.device.type == "cuda" else probe(cmd, v)
+
+    tokens, name = args.batch_size * args.max_len, device_name(args.device)
+    threads = f", {torch.get_num_threads()} threads" if args.device.type == "cpu" else ""
+    print(f"{args.size} (L{cfg.num_hidden_layers} H{cfg.hidden_size} A{cfg.num_attention_heads}), batch "
+          f"{args.batch_size} x {args.max_len}, {args.dtype}{', compiled' if args.compile else ''} | {name}{threads} | "
+          f"torch {torch.__version__}{f', transformers {transformers.__version__}' if transformers else ''} | "
+          f"median of {args.steps} alternating steps\n")
+    print(head("variant", "step ms:", "tokens/s:", "vs hf-mlm:", "peak MB:", "saved MB:", "MFU:"))
+    for v in args.variants:
+        mb = [f"{d[v] / 2**20:,.0f}" if v in d else "-" for d in (peak, saved)]
+        print(row(v, f"{med[v]:.0f}", f"{tokens / med[v] * 1e3:,.0f}",
+                  f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-", *mb,
+                  mfu(args, name, model_flops(cfg, labels), med[v])))
+    if args.profile:
+        for v in args.variants:
+            print(f"\nwhere the time of one {v} step goes:\n{profile(steps[v], args.device)}")
+
+    def ratio(a, b):
+        return med[a] / med[b] if a in med and b in med else float("nan")
+    print(f"\nTC step / MLM step: taco {ratio('taco-tc', 'taco-mlm'):.3f}, Hugging Face + plain TC "
+          f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
+    route, madds = fast.similarity_route(tokens, tokens, 1 + 50, cfg.hidden_size)  # anchors = keys: every token
+    print(f"TC similarities per step (forward + backward): taco {2 * madds / 1e9:.3g} GFLOP by the {route} route; "
+          f"the plain einsum {4 * tokens * 51 * cfg.hidden_size / 1e9:.3g} GFLOP; an N x N product "
+          f"{2 * (tokens * tokens + tokens * 51) * cfg.hidden_size / 1e9:.3g} GFLOP")
+    print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
+    print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
+    if "taco-retromae" in med:
+        prep = statistics.median(make_batch(args, retromae=True)[1] for _ in range(3))
+        print(f"retromae batch (whole-word masks + decoder visibility, CPU, not in the step): {prep:.0f} ms")
+        print(f"retromae_overhead: {ratio('taco-retromae', 'taco-mlm'):.3f}")
 
 
 def profile(step, device, rows=15):
@@ -267,107 +363,7 @@ def profile(step, device, rows=15):
                                   row_limit=rows)
 
 
-def device_name(device):
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "cpu"
-
-
-def main(argv=None):
-    args = get_args(argv)
-    with cli.errors():  # Ctrl-C: one line, no traceback
-        if args.tokenizer:
-            return tokenizers(args.tokenizer, args.vocab)
-        if args.wait_policy:
-            return wait_policies(args.steps, args.busy)
-        if args.loop:
-            return print_loop(args)
-        if args.gpu_check:
-            return gpu_check(args)
-        measure(args, argv)
-
-
-def measure(args, argv):
-    """Time (and size) every variant; print the table and the machine-readable lines."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = BertConfig.from_size(args.size)
-    inputs, labels = make_batch(args)
-    if args.probe:  # a fresh process measuring one variant's CPU memory
-        print(memory(args.probe, args, cfg, inputs, labels))
-        return
-    try:
-        import transformers
-    except ImportError:
-        transformers = None
-        print("note: transformers is not installed; the hf-* variants are skipped")
-        args.variants = [v for v in args.variants if not v.startswith("hf")]
-    steps, times, saved = {}, {v: [] for v in args.variants}, {}
-    for v in args.variants:
-        steps[v], model = make_step(v, args, cfg, inputs, labels)
-        if not args.compile:  # saved-tensor hooks and torch.compile do not mix
-            saved[v] = saved_bytes(steps[v], model)
-        for i in range(args.warmup):
-            steps[v](i)
-    for i in range(args.steps):  # A B C D A B C D ...: drift hits every variant alike
-        for v in args.variants:
-            sync(args.device)
-            t0 = time.perf_counter()
-            steps[v](i)
-            sync(args.device)
-            times[v].append(time.perf_counter() - t0)
-    peak = {}
-    if args.memory and (args.device.type == "cuda" or os.path.exists("/proc/self/status")):
-        for v in args.variants:
-            if args.device.type == "cuda":
-                peak[v] = memory(v, args, cfg, inputs, labels)
-            else:
-                cmd = [sys.executable, os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:]),
-                       "--probe", v]
-                peak[v] = probe(cmd, v)
-
-    tokens, med = args.batch_size * args.max_len, {v: statistics.median(t) for v, t in times.items()}
-    name = device_name(args.device)
-    top = peak_flops(args, name)
-    flops = model_flops(cfg, tokens, int((labels != -100).sum()), args.max_len)
-    threads = f", {torch.get_num_threads()} threads" if args.device.type == "cpu" else ""
-    print(f"{args.size} (L{cfg.num_hidden_layers} H{cfg.hidden_size} A{cfg.num_attention_heads}), batch "
-          f"{args.batch_size} x {args.max_len}, {args.dtype}{', compiled' if args.compile else ''} | {name}{threads} | "
-          f"torch {torch.__version__}{f', transformers {transformers.__version__}' if transformers else ''} | "
-          f"median of {args.steps} alternating steps\n")
-    print("| variant | step ms | tokens/s | vs hf-mlm | peak MB | saved MB | MFU |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for v in args.variants:
-        vs_hf = f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-"
-        mfu = ("n/a (no GPU)" if args.device.type == "cpu" else f"n/a (unknown peak of {name}: --peak_tflops)"
-               if not top else f"{flops / med[v] / top:.1%}")
-        mb = [f"{d[v] / 2**20:,.0f}" if v in d else "-" for d in (peak, saved)]
-        print(f"| {v} | {med[v] * 1e3:.0f} | {tokens / med[v]:,.0f} | {vs_hf} | {mb[0]} | {mb[1]} | {mfu} |")
-
-    if args.profile:
-        for v in args.variants:
-            print(f"\nwhere the time of one {v} step goes:\n{profile(steps[v], args.device)}")
-
-    def ratio(a, b):
-        return med[a] / med[b] if a in med and b in med else float("nan")
-    print(f"\nTC step / MLM step: taco {ratio('taco-tc', 'taco-mlm'):.3f}, Hugging Face + plain TC "
-          f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
-    n = args.batch_size * args.max_len  # anchors = keys: every token of the micro-batch
-    route, madds = fast.similarity_route(n, n, 1 + 50, cfg.hidden_size)
-    print(f"TC similarities per step (forward + backward): taco {2 * madds / 1e9:.3g} GFLOP by the {route} route; "
-          f"the plain einsum {4 * n * 51 * cfg.hidden_size / 1e9:.3g} GFLOP; an N x N product "
-          f"{2 * (n * n + n * 51) * cfg.hidden_size / 1e9:.3g} GFLOP")
-    print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
-    print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
-    if "taco-retromae" in med:
-        prep = statistics.median(make_retromae_batch(args)[3] for _ in range(3))
-        print(f"retromae batch (whole-word masks + decoder visibility, CPU, not in the step): {prep:.0f} ms")
-        print(f"retromae_overhead: {ratio('taco-retromae', 'taco-mlm'):.3f}")
-
+# ----------------------------------------------------------------------------- the tokenizer, threads
 
 def tokenizers(path, vocab_spec, repeats=3):
     """Single-thread MB/s of this tokenizer vs Hugging Face's fast (Rust) and slow (Python)
@@ -378,44 +374,35 @@ def tokenizers(path, vocab_spec, repeats=3):
     mb = sum(len(d.encode()) for d in docs) / 1e6
     tok = load_tokenizer(vocab_spec)
 
-    def run_taco(ds):  # a fresh tokenizer per run, so its chunk cache starts empty
+    def run_taco():  # a fresh tokenizer per run, so its chunk cache starts empty
         fresh = WordPieceTokenizer(tok.vocab_file, tok.do_lower_case)
-        return [fresh.encode(d) for d in ds]
-
+        return [fresh.encode(d) for d in docs]
     runners = {"taco": run_taco}
     try:
         from tokenizers import BertWordPieceTokenizer
-        fast = BertWordPieceTokenizer(tok.vocab_file, lowercase=tok.do_lower_case)
-        runners["hf fast (encode_batch, 1 thread)"] = lambda ds: [
-            e.ids for e in fast.encode_batch(ds, add_special_tokens=False)]
+        hf_fast = BertWordPieceTokenizer(tok.vocab_file, lowercase=tok.do_lower_case)
+        runners["hf fast (encode_batch, 1 thread)"] = lambda: [
+            e.ids for e in hf_fast.encode_batch(docs, add_special_tokens=False)]
     except ImportError:
         print("tokenizers not installed: skipping Hugging Face's fast tokenizer")
     try:  # transformers >= 5 renamed the pure-Python tokenizer
         from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
     except ImportError:
-        try:
-            from transformers import BertTokenizer as Slow
-        except ImportError:
-            Slow = None
-    if Slow is not None:
-        slow = Slow(tok.vocab_file, do_lower_case=tok.do_lower_case)
-        runners["hf slow (python)"] = lambda ds: [
-            slow.encode(d, add_special_tokens=False) for d in ds]
-    times, ids = {name: [] for name in runners}, {}
-    for _ in range(repeats):  # alternate so that machine noise hits every tokenizer alike
-        for name, run in runners.items():
-            t0 = time.perf_counter()
-            ids[name] = run(docs)
-            times[name].append(time.perf_counter() - t0)
+        from transformers import BertTokenizer as Slow
+    slow = Slow(tok.vocab_file, do_lower_case=tok.do_lower_case)
+    runners["hf slow (python)"] = lambda: [slow.encode(d, add_special_tokens=False) for d in docs]
+    ids = {}
+
+    def keep(name):  # a timed run that keeps its ids for the comparison
+        return lambda i: ids.update({name: runners[name]()})
+    ms = alternate({name: keep(name) for name in runners}, torch.device("cpu"), repeats)
+    speed = {name: mb / t * 1e3 for name, t in ms.items()}
     print(f"{path}: {mb:.2f} MB, {len(docs):,} documents, vocab {tok.vocab_file}")
-    speed = {name: mb / statistics.median(t) for name, t in times.items()}
     for name, s in speed.items():
         differ = sum(a != b for a, b in zip(ids[name], ids["taco"]))
-        agree = "" if name == "taco" else f"  ids differ on {differ:,} documents"
-        print(f"  {name:34s} {s:8.2f} MB/s{agree}")
+        print(f"  {name:34s} {s:8.2f} MB/s" + (f"  ids differ on {differ:,} documents" if name != "taco" else ""))
     for name in list(runners)[1:]:
         print(f"  taco / {name}: {speed['taco'] / speed[name]:.2f}x")
-
 
 
 def wait_policies(steps, busy, repeats=3):
@@ -423,35 +410,33 @@ def wait_policies(steps, busy, repeats=3):
     with one per core, idle threads spinning or sleeping, while `busy` busy-looping processes
     run beside it: the variants alternate, medians of `repeats`. Loads the machine on purpose."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    here = os.path.dirname(os.path.abspath(__file__))
-    variants = [(1, "PASSIVE"), (cores, "ACTIVE"), (cores, "PASSIVE")]
+
+    def taco_run(threads, policy, out):
+        cmd = [sys.executable, os.path.join(ROOT, "taco.py"), "--steps", str(steps), "--eval_every", str(10 * steps),
+               "--threads", str(threads), "--out", out, "--force"]
+        return lambda i: subprocess.run(cmd, env={**os.environ, "OMP_WAIT_POLICY": policy}, check=True,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-    times = {v: [] for v in variants}
     try:
         with tempfile.TemporaryDirectory() as out:
-            for _ in range(repeats):
-                for threads, policy in variants:
-                    t0 = time.perf_counter()
-                    subprocess.run([sys.executable, os.path.join(here, "taco.py"), "--steps", str(steps),
-                                    "--eval_every", str(10 * steps), "--threads", str(threads), "--out", out,
-                                    "--force"], env={**os.environ, "OMP_WAIT_POLICY": policy}, check=True,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    times[threads, policy].append(time.perf_counter() - t0)
+            runs = {(t, p): taco_run(t, p, out) for t, p in [(1, "PASSIVE"), (cores, "ACTIVE"), (cores, "PASSIVE")]}
+            alternate(runs, torch.device("cpu"), repeats, times=(times := {}))
     finally:
         for hog in hogs:
             hog.kill()
     print(f"python taco.py --steps {steps}, {cores} cores, {busy} busy-looping process(es) beside it; "
           f"wall seconds, median of {repeats} alternating runs\n")
-    print("| threads | idle threads | wall s | runs |\n| ---: | --- | ---: | --- |")
+    print(head("threads:", "idle threads", "wall s:", "runs"))
     for (threads, policy), t in times.items():
-        print(f"| {threads} | {'spin' if policy == 'ACTIVE' else 'sleep'} (OMP_WAIT_POLICY={policy}) | "
-              f"{statistics.median(t):.1f} | {', '.join(f'{x:.1f}' for x in t)} |")
+        print(row(threads, f"{'spin' if policy == 'ACTIVE' else 'sleep'} (OMP_WAIT_POLICY={policy})",
+                  f"{statistics.median(t) / 1e3:.1f}", ", ".join(f"{x / 1e3:.1f}" for x in t)))
+
 
 # ----------------------------------------------------------------------------- the real loop, the GPU check
 
-def loop(args, steps, micro_batches=2, count_syncs=False):
+def loop(args, steps, count_syncs=False):
     """`steps` steps of the real training loop (taco.main on the toy corpus: dynamic masking,
-    accumulation over `micro_batches`, the optimizer, the loop's checks) at args' size, batch,
+    accumulation over 2 micro-batches, the optimizer, the loop's checks) at args' size, batch,
     length, precision and --compile -> {step_ms (median after the first two steps), recompiles
     (frames torch.compile compiled after the first step), syncs: fast.HostSyncs's counts}.
     The step boundaries are taken from outside: train() calls taco.get_lr once per step."""
@@ -462,11 +447,11 @@ def loop(args, steps, micro_batches=2, count_syncs=False):
         sync(args.device)
         stamps.append((time.perf_counter(), frames["ok"]))
         return real(*a)
+    every = str(10 * steps)
     argv = ["--size", args.size, "--data", "toy", "--vocab", "toy", "--steps", str(steps), "--warmup", "1",
-            "--batch_size", str(args.batch_size), "--device_batch_size", str(args.batch_size // micro_batches),
-            "--max_len", str(args.max_len), "--eval_blocks", "0", "--save_every", str(10 * steps), "--log_every",
-            str(10 * steps), "--device", str(args.device), "--dtype", args.dtype] + \
-        ["--compile"] * args.compile + ["--threads", str(args.threads)] * bool(args.threads)
+            "--batch_size", str(args.batch_size), "--device_batch_size", str(args.batch_size // 2), "--max_len",
+            str(args.max_len), "--eval_blocks", "0", "--save_every", every, "--log_every", every, "--device",
+            str(args.device), "--dtype", args.dtype] + ["--compile"] * args.compile + ["--threads", str(args.threads)] * bool(args.threads)
     syncs, said = fast.HostSyncs() if count_syncs else contextlib.nullcontext(), io.StringIO()
     with tempfile.TemporaryDirectory() as out, syncs, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
         taco.get_lr = stamped
@@ -483,156 +468,108 @@ def loop(args, steps, micro_batches=2, count_syncs=False):
             "syncs": syncs.counts if count_syncs else None}
 
 
-def sync_summary(counts, steps):
-    """HostSyncs' counts -> (syncs per step in the method, the loop's own (runs.py) in all the steps)."""
-    loop_n = sum(n for w, n in counts.items() if w.startswith("engine/runs.py"))
-    return (sum(counts.values()) - loop_n) / steps, loop_n
-
-
-def loop_report(args):
+def loop_row(args):
     """-> (the loop's step time, what else it measured), from a timed run and a 3-step counted one."""
-    timed, counted = loop(args, args.steps + 2), loop(args, 3, count_syncs=True)
-    method, own = sync_summary(counted["syncs"], 3)
+    timed, counts = loop(args, args.steps + 2), loop(args, 3, count_syncs=True)["syncs"]
+    own = sum(n for w, n in counts.items() if w.startswith("engine/runs.py"))  # the loop's, not the method's
     tokens_s = args.batch_size * args.max_len / timed["step_ms"] * 1e3
     return f"{timed['step_ms']:.1f} ms", (
         f"real loop (toy corpus, dynamic masking, 2 micro-batches, AdamW), {tokens_s:,.0f} tokens/s; "
-        f"{timed['recompiles']} recompiles after step 1; host syncs per step: {method:g} in the method, "
-        f"{own} by the loop's checks in 3 steps (a .tolist() is not seen on a CPU): {dict(counted['syncs'])}")
-
-
-def print_loop(args):
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    step, detail = loop_report(args)
-    print(f"{args.size}, batch {args.batch_size} x {args.max_len}, {args.dtype}{', compiled' * args.compile} | "
-          f"{device_name(args.device)}: step {step}, median of {args.steps}; {detail}")
+        f"{timed['recompiles']} recompiles after step 1; host syncs per step: {(sum(counts.values()) - own) / 3:g} in "
+        f"the method, {own} by the loop's checks in 3 steps (a .tolist() is not seen on a CPU): {dict(counts)}")
 
 
 def gpu_check(args, minutes=7.5):
     """The prepared check for the first GPU (docs/speed.md): every row measured or saying why not,
     within `minutes`; the table printed and written to --out as gpu_check.md and gpu_check.json."""
     t_end, cuda, rows = time.time() + 60 * minutes, args.device.type == "cuda", []
-    cfg, name = BertConfig.from_size(args.size), device_name(args.device)
-    peak = peak_flops(args, name)
+    cfg, name, B, T = BertConfig.from_size(args.size), device_name(args.device), args.batch_size, args.max_len
 
-    def mfu(b, t, ms):
-        return f"{model_flops(cfg, b * t, int(0.15 * b * t), t) / (ms / 1e3) / peak:.1%}" if peak and cuda else \
-            ("n/a (no GPU)" if not cuda else f"n/a (unknown peak of {name}: pass --peak_tflops)")
-
-    def row(what, measure, skip=None):
-        if skip or time.time() > t_end:
-            rows.append({"check": what, "value": "n/a", "detail": skip or f"out of time ({minutes} min)"})
-        else:
-            try:
-                value, detail = measure()
-            except Exception as err:  # fail soft: the row says why, the others still run
-                value, detail = "n/a", f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"
-            rows.append({"check": what, "value": value, "detail": detail})
-        print(f"| {rows[-1]['check']} | {rows[-1]['value']} | {rows[-1]['detail']} |", flush=True)
-
-    def steps(variants, b, compiled=False):  # median ms of the fixed-batch step of each variant
+    def steps(variants, b=B, compiled=False):  # -> {variant: median ms of its step at b x T, and MFU}
         run = argparse.Namespace(**{**vars(args), "batch_size": b, "compile": compiled})
         inputs, labels = make_batch(run)
-        fns = {v: make_step(v, run, cfg, inputs, labels)[0] for v in variants}
-        times = {v: [] for v in variants}
-        for i in range(args.warmup + args.steps):
-            for v, fn in fns.items():
-                sync(args.device)
-                t0 = time.perf_counter()
-                fn(i)
-                sync(args.device)
-                times[v].append(time.perf_counter() - t0)
-        return {v: statistics.median(t[args.warmup:]) * 1e3 for v, t in times.items()}
+        ms = alternate({v: make_step(v, run, cfg, inputs, labels)[0] for v in variants}, args.device, args.steps,
+                       args.warmup)
+        return {v: (t, mfu(args, name, model_flops(cfg, labels), t)) for v, t in ms.items()}
 
-    B, T = args.batch_size, args.max_len
-    print(f"{args.size}, {args.dtype}, {B} x {T} | {name} | torch {torch.__version__}\n\n| check | value | detail |\n"
-          f"| --- | ---: | --- |")
-    plain = {}
-    for compiled in (False, True):
-        tag = " --compile" if compiled else ""
-
-        def fixed(compiled=compiled):
-            plain[compiled] = ms = steps(["taco-mlm", "taco-tc"], B, compiled)
-            return f"{ms['taco-tc']:.1f} ms", (f"taco-tc: MFU {mfu(B, T, ms['taco-tc'])}; taco-mlm {ms['taco-mlm']:.1f} "
-                                              f"ms, MFU {mfu(B, T, ms['taco-mlm'])}; tc_overhead "
-                                              f"{ms['taco-tc'] / ms['taco-mlm']:.3f}")
-        row(f"step {B} x {T}{tag}", fixed, "skipped on the CPU (compiling takes minutes)" if compiled and not cuda
-            else None)
+    def fixed(compiled):
+        (mlm, mlm_mfu), (tc, tc_mfu) = steps(["taco-mlm", "taco-tc"], compiled=compiled).values()
+        return f"{tc:.1f} ms", f"taco-tc: MFU {tc_mfu}; taco-mlm {mlm:.1f} ms, MFU {mlm_mfu}; tc_overhead {tc / mlm:.3f}"
 
     def largest():
-        best = None
+        best = "n/a", "64 does not fit"
         for b in (64, 128, 256, 512, 1024):
             try:
-                best = (b, steps(["taco-tc"], b)["taco-tc"])
+                ms, share = steps(["taco-tc"], b)["taco-tc"]
+                best = f"{b} x {T}", f"taco-tc {ms:.0f} ms, {b * T / ms * 1e3:,.0f} tokens/s, MFU {share}"
             except torch.cuda.OutOfMemoryError:
                 break
             finally:
                 torch.cuda.empty_cache()
-        return (f"{best[0]} x {T}", f"taco-tc {best[1]:.0f} ms, {best[0] * T / best[1] * 1e3:,.0f} tokens/s, MFU "
-                f"{mfu(best[0], T, best[1])}") if best else ("n/a", "64 does not fit")
-    row("largest micro-batch", largest, None if cuda else "n/a on the CPU (no device memory to fill)")
+        return best
 
-    def memory_row():
-        inputs, labels = make_batch(args)
-        added = memory("taco-tc", args, cfg, inputs, labels)
+    def peak_memory():
+        added = memory("taco-tc", args, cfg, *make_batch(args))
         total = f", peak allocated {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if cuda else ""
         return f"{added / 2**20:,.0f} MB", f"taco-tc {B} x {T}: what two steps add to the weights{total}"
-    row("peak memory", memory_row)
 
-    row("training loop step", lambda: loop_report(args))
-
-    def save_row():
-        from engine import checkpoints
+    def save():
         model = BertForPreTraining(cfg).to(args.device)
         optimizer = configure_optimizer(model, 1e-4, 0.01)
         model(torch.zeros(1, 8, dtype=torch.long, device=args.device))[0].float().sum().backward()
         optimizer.step()
-        times = []
-        with tempfile.TemporaryDirectory(dir=".") as out:
-            for step in range(1, 4):  # the later ones rotate (keep_last 2), as a run does
-                t0 = time.perf_counter()
-                path = checkpoints.save_checkpoint(out, {"model": model.state_dict(), "optimizer":
-                                                         optimizer.state_dict(), "step": step}, keep_last=2)
-                times.append(time.perf_counter() - t0)
-            mb = os.path.getsize(path) / 1e6
-        return f"{statistics.median(times):.2f} s", f"{mb:,.0f} MB (weights + AdamW), with rotation; every save blocks"
-    row("checkpoint save", save_row)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        with tempfile.TemporaryDirectory(dir=".") as out:  # the later saves rotate (keep_last 2), as a run does
+            ms = alternate({0: lambda i: checkpoints.save_checkpoint(out, {**state, "step": i + 1}, 2)}, args.device, 3)
+            mb = os.path.getsize(checkpoints.list_checkpoints(out)[0]) / 1e6
+        return f"{ms[0] / 1e3:.2f} s", f"{mb:,.0f} MB (weights + AdamW), with rotation; every save blocks"
 
-    def global_row(ranks=8):
+    def global_negatives(ranks=8):
         from engine import runs
         gen = torch.Generator(args.device).manual_seed(0)
         h = torch.randn(B, T, cfg.hidden_size, device=args.device, generator=gen, requires_grad=True)
         e = torch.randn(B, T, cfg.hidden_size, device=args.device, generator=gen)
-        real = runs.gather_pool
 
         def tc(group):
-            sync(args.device)
-            t0 = time.perf_counter()
-            for _ in range(3):
-                tc_loss(h, e, generator=torch.Generator(args.device).manual_seed(1), fast=True, group=group).backward()
-            sync(args.device)
-            return (time.perf_counter() - t0) / 3 * 1e3
+            return lambda i: tc_loss(h, e, generator=torch.Generator(args.device).manual_seed(1), fast=True,
+                                     group=group).backward()
+        real = runs.gather_pool  # 8 ranks' pool, simulated: this micro-batch's keys 8 times
         runs.gather_pool = lambda keys, pool, group: (keys.repeat(ranks, 1), pool.repeat(ranks, 1), slice(0, len(pool)))
-        try:
-            tc(None), tc(True)  # warm-up, and fast.py's route measured for both shapes
-            here, pooled = tc(None), tc(True)
+        try:  # a warm-up round first; fast.py's route is measured for both shapes
+            own, pooled = alternate({0: tc(None), 1: tc(True)}, args.device, 3, warmup=1).values()
         finally:
             runs.gather_pool = real
         gathered = ranks * B * T * (cfg.hidden_size * 4 + 1) / 2**20
-        return f"+{pooled - here:.1f} ms", (f"TC loss of a {B} x {T} micro-batch: {here:.1f} ms with its own negatives, "
-                                           f"{pooled:.1f} ms from {ranks} ranks' (simulated on one device); per step "
-                                           f"x the micro-batches per rank; the all_gather of {gathered:,.0f} MB is "
-                                           f"not included")
-    row("--negatives_from global", global_row)
+        return f"+{pooled - own:.1f} ms", (f"TC loss of a {B} x {T} micro-batch: {own:.1f} ms with its own negatives, "
+                                           f"{pooled:.1f} ms from {ranks} ranks' (simulated on one device); per step x "
+                                           f"the micro-batches per rank; the all_gather of {gathered:,.0f} MB is not "
+                                           f"included")
 
+    checks = [(f"step {B} x {T}", lambda: fixed(False), None),
+              (f"step {B} x {T} --compile", lambda: fixed(True),
+               None if cuda else "skipped on the CPU (compiling takes minutes)"),
+              ("largest micro-batch", largest, None if cuda else "n/a on the CPU (no device memory to fill)"),
+              ("peak memory", peak_memory, None), ("training loop step", lambda: loop_row(args), None),
+              ("checkpoint save", save, None), ("--negatives_from global", global_negatives, None)]
+    print(f"{args.size}, {args.dtype}, {B} x {T} | {name} | torch {torch.__version__}\n\n"
+          f"{head('check', 'value:', 'detail')}")
+    for check, measure, skip in checks:
+        value, detail = "n/a", skip or f"out of time ({minutes} min)"
+        if not skip and time.time() < t_end:
+            try:
+                value, detail = measure()
+            except Exception as err:  # fail soft: the row says why, the others still run
+                detail = f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"
+        rows.append({"check": check, "value": value, "detail": detail})
+        print(row(check, value, detail), flush=True)
+    peak = peak_flops(args, name)
+    about = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": name, "torch": torch.__version__,
+             "size": args.size, "dtype": args.dtype, "batch": f"{B} x {T}", "peak_tflops": peak and peak / 1e12}
     os.makedirs(args.out, exist_ok=True)
-    head = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": name, "torch": torch.__version__,
-            "size": args.size, "dtype": args.dtype, "batch": f"{B} x {T}", "peak_tflops": peak and peak / 1e12}
-    table = "\n".join(f"| {r['check']} | {r['value']} | {r['detail']} |" for r in rows)
-    from engine.checkpoints import write_bytes, write_json
-    write_json(os.path.join(args.out, "gpu_check.json"), {**head, "rows": rows})
-    write_bytes(os.path.join(args.out, "gpu_check.md"), (f"{', '.join(f'{k} {v}' for k, v in head.items())}\n\n"
-                                                         f"| check | value | detail |\n| --- | ---: | --- |\n{table}\n").encode())
+    checkpoints.write_json(os.path.join(args.out, "gpu_check.json"), {**about, "rows": rows})
+    table = "\n".join([head("check", "value:", "detail")] + [row(*r.values()) for r in rows])
+    checkpoints.write_bytes(os.path.join(args.out, "gpu_check.md"),
+                            f"{', '.join(f'{k} {v}' for k, v in about.items())}\n\n{table}\n".encode())
     print(f"\nwritten: {os.path.join(args.out, 'gpu_check.md')} and gpu_check.json")
 
 
