@@ -1,7 +1,6 @@
 """Speed of one training step, side by side: taco against Hugging Face's BertForMaskedLM.
 
     python tools/bench.py --size small --batch_size 16 --max_len 128 --threads 2 --steps 20   # CPU (README: Speed)
-    python tools/bench.py --size tiny --batch_size 32 --threads 2
     python tools/bench.py --size base --max_len 256 --batch_size 32 --dtype bf16             # one GPU
     python tools/bench.py --compile                                   # torch.compile every model
     python tools/bench.py --variants taco-mlm,taco-tc --profile       # + where the time goes, op by op
@@ -10,9 +9,8 @@
     python tools/bench.py --loop --size tiny --steps 5                # the real training loop (docs/speed.md)
     python tools/bench.py --gpu_check                                 # the prepared check for a GPU (docs/speed.md)
 
-Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as
-taco.configure_optimizer builds it) on the same random batch: vocabulary 30,522, 15% of the
-tokens masked by data.mask_tokens.
+Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as taco.configure_optimizer
+builds it) on the same random batch: vocabulary 30,522, 15% of the tokens masked by data.mask_tokens.
     taco-mlm  taco's BertForPreTraining: MLM logits only at the masked rows
     taco-tc   the same + taco's TC loss (window 5, K 50, tau 0.07): TACO
     hf-mlm    transformers.BertForMaskedLM (sdpa): logits over the vocabulary at every token
@@ -20,14 +18,13 @@ tokens masked by data.mask_tokens.
               which gathers an (N, 1+K, H) copy of the keys
     taco-retromae  (on request) RetroMAE: whole-word MLM at 30% + the one-layer decoder rebuilding every
               token (taco.retromae_loss); its batch is built outside the timed step, its cost printed apart
-Variants alternate step by step (A B C D A B C D ...) and the table shows medians, so the
-machine's drift cancels. "peak MB" is what two steps add on top of the weights (gradients,
-AdamW state, activations, temporaries): the CUDA allocator's peak, or on CPU the peak RSS
-of a fresh process per variant. "saved MB" is what autograd keeps for the backward. MFU
-(CUDA only) counts the same useful FLOPs for every variant (encoder + MLM head at the
-masked rows) against the device's dense bf16 peak. The last lines are machine-readable:
-speedup_vs_hf (taco-mlm tokens/s / hf-mlm's), tc_overhead (taco-tc step time / taco-mlm's)
-and, when measured, retromae_overhead (taco-retromae step time / taco-mlm's).
+Variants alternate step by step (A B C D A B C D ...) and the table shows medians, so the machine's drift
+cancels. "peak MB" is what two steps add on top of the weights (gradients, AdamW state, activations,
+temporaries): the CUDA allocator's peak, or on CPU the peak RSS of a fresh process per variant. "saved MB" is
+what autograd keeps for the backward. MFU (CUDA only) counts the same useful FLOPs for every variant (encoder
++ MLM head at the masked rows) against the device's dense bf16 peak. The last lines are machine-readable:
+speedup_vs_hf (taco-mlm tokens/s / hf-mlm's), tc_overhead (taco-tc step time / taco-mlm's) and, when
+measured, retromae_overhead (taco-retromae step time / taco-mlm's).
 """
 import argparse
 import contextlib

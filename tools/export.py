@@ -1,27 +1,18 @@
-"""Export a taco run or checkpoint (any objective) as a Hugging Face folder.
+"""Export a taco run or checkpoint (any objective) as a Hugging Face folder (docs/model.md: Export).
 
     python tools/export.py runs/taco hf/taco                       # the newest valid checkpoint of a run
     python tools/export.py runs/retromae/ckpt_00000600.pt hf/retromae
     python tools/export.py runs/minilm_taco hf/minilm_taco --encoder_only   # a BertModel: no MLM head
 
-OUT gets config.json (model_type bert, architecture BertForMaskedLM), model.safetensors (the
-encoder, its [CLS] pooler and the MLM head), vocab.txt with tokenizer_config.json, and
-sentence-transformers' modules.json with its pooling. Each of these then loads it as it loads a
-model from the hub:
-
-    transformers.AutoConfig / AutoTokenizer / AutoModel / AutoModelForMaskedLM.from_pretrained("hf/taco")
-    sentence_transformers.SentenceTransformer("hf/taco")      # --pooling: mean, or cls (retromae's default)
-    python finetune.py --model hf/taco;  python taco.py --init hf/taco --data ...
-
-AutoModel reports the MLM head's weights as unused and AutoModelForMaskedLM the pooler's (both are
-"UNEXPECTED ... can be ignored"); nothing is missing. RetroMAE's decoder serves pre-training only and
-is left out, as the official code does. A run that never had a pooler (pre-training trains none)
-gets a freshly initialised one, as transformers would make, so that no weight is reported missing;
-an --init's pooler (a Hugging Face model's) is carried through the run and exported as it was.
-The key mapping is model.py's (`to_hf_state_dict`): this file only chooses and writes.
-
-OUT is written whole (engine/folders.py): a new or empty folder, or, with --force, an earlier export,
-never a folder that export.py did not write (a downloaded model), a run, the source or the repository.
+OUT gets config.json (BertForMaskedLM), model.safetensors (the encoder, its [CLS] pooler and the MLM head),
+vocab.txt with tokenizer_config.json, and sentence-transformers' modules.json with its pooling: transformers'
+Auto* classes, sentence_transformers.SentenceTransformer("hf/taco"), `finetune.py --model` and `taco.py
+--init` load it as a model from the hub. RetroMAE's decoder serves pre-training only and is left out, as the
+official code does. A run that never had a pooler (pre-training trains none) gets a freshly initialised one,
+as transformers would make, so that no weight is reported missing; an --init's pooler is exported as it was.
+The key mapping is model.py's (`to_hf_state_dict`): this file only chooses and writes. OUT is written whole
+(engine/folders.py): a new or empty folder, or, with --force, an earlier export, never a folder that
+export.py did not write (a downloaded model), a run, the source or the repository.
 """
 import os
 import sys
@@ -56,15 +47,15 @@ def export(spec, out, pooling=None, encoder_only=False, force=False):
                              f"{unexpected[:3]}")
     objective = (run or {}).get("objective")
     pooling = pooling or ("cls" if objective == "retromae" else "mean")
-    lower = lowercase(source, run)
-    size = sum(t.numel() * t.element_size() for t in to_hf_state_dict(model).values())  # what a full disk lacks
+    hf_state = to_hf_state_dict(model)
+    size = sum(t.numel() * t.element_size() for t in hf_state.values())  # what a full disk lacks
     with folders.replacing(out, "export.py", force, {"SOURCE": spec}, size) as tmp:
-        model.save_pretrained(tmp, vocab_file=vocab, do_lower_case=lower)
+        model.save_pretrained(tmp, vocab_file=vocab, do_lower_case=lowercase(source, run))
         if encoder_only:  # a BertModel: its keys carry no "bert." prefix, and no MLM head
-            sd = {k.removeprefix("bert."): v for k, v in to_hf_state_dict(model).items() if k.startswith("bert.")}
+            sd = {k.removeprefix("bert."): v for k, v in hf_state.items() if k.startswith("bert.")}
             write_safetensors(os.path.join(tmp, "model.safetensors"), sd)
             checkpoints.write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict("BertModel"))
-        write_sentence_transformers(tmp, cfg, pooling, lower)
+        write_sentence_transformers(tmp, cfg, pooling)
     what = f"{objective} run" if objective else "Hugging Face model"
     notes = ["RetroMAE's decoder left out"] * any(k.startswith("decoder.") for k in init.state)
     notes += ["no pooler in the run: a freshly initialised one"] * fresh_pooler
@@ -77,20 +68,20 @@ def export(spec, out, pooling=None, encoder_only=False, force=False):
 def lowercase(source, run):
     """Does the tokenizer lowercase? A Hugging Face folder says so in tokenizer_config.json; taco.py
     keeps case only for a cased hub vocabulary (--vocab bert-base-cased)."""
-    if run is None:
-        path = os.path.join(source, "tokenizer_config.json")
-        return checkpoints.read_json(path).get("do_lower_case", True) if os.path.isfile(path) else True
-    vocab = str(run.get("vocab", "")).lower()
+    path = os.path.join(source, "tokenizer_config.json")
+    if run is None and os.path.isfile(path):
+        return checkpoints.read_json(path).get("do_lower_case", True)
+    vocab = str((run or {}).get("vocab", "")).lower()
     return not ("cased" in vocab and "uncased" not in vocab)
 
 
-def write_sentence_transformers(folder, cfg, pooling, lower):
+def write_sentence_transformers(folder, cfg, pooling):
     """modules.json (the transformer, then pooling) and its two configs: what SentenceTransformer reads."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
     checkpoints.write_json(os.path.join(folder, "modules.json"), modules)
     checkpoints.write_json(os.path.join(folder, "sentence_bert_config.json"),
-                    {"max_seq_length": min(512, cfg.max_position_embeddings), "do_lower_case": False})
+                           {"max_seq_length": min(512, cfg.max_position_embeddings), "do_lower_case": False})
     os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
     checkpoints.write_json(os.path.join(folder, "1_Pooling", "config.json"), {
         "word_embedding_dimension": cfg.hidden_size, "pooling_mode_cls_token": pooling == "cls",
@@ -99,12 +90,11 @@ def write_sentence_transformers(folder, cfg, pooling, lower):
 
 
 def main(argv=None):
-    p = cli.ArgumentParser(description="Export a taco run or checkpoint as a Hugging Face folder that "
-                           "transformers and sentence-transformers load.", formatter_class=cli.HelpFormatter)
+    p = cli.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=cli.HelpFormatter)
     p.add_argument("source", help="a taco run folder (its newest valid checkpoint), a checkpoint file, or a "
                    "Hugging Face folder")
     p.add_argument("out", help="the folder to write: a new or empty one, or an earlier export (with --force)")
-    p.add_argument("--pooling", choices=["mean", "cls"], default=None, help="sentence-transformers' pooling "
+    p.add_argument("--pooling", choices=["mean", "cls"], help="sentence-transformers' pooling "
                    "(default: cls for a retromae run, whose objective trains [CLS]; else mean)")
     p.add_argument("--encoder_only", action="store_true", help="write a BertModel (encoder + pooler) without the "
                    "MLM head: AutoModel and SentenceTransformer load it without a report")
@@ -117,4 +107,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -4,23 +4,14 @@
     python tools/pictures.py pca runs/mlm runs/taco --out pca.png         # global parts g, coloured by block and by topic
     python tools/pictures.py curves runs/mlm runs/taco --out curves.png   # loss, MLM, each objective's own loss, contextual score
 
-cosine: the last-layer states h (--part g: the global parts g = h - e) of consecutive held-out
-blocks, every pair's cosine, one panel per run; white lines at the blocks' edges, red dashed lines
-at the document boundaries ([SEP]) inside them. TACO's picture is one bright square per BLOCK:
-its tokens agree with each other whichever document they come from, and not with the next block.
-The document boundaries do not cut the squares: TC's negatives come from the other sequences of the
-batch (sample_negatives), so for TC a context is a block. The title gives the mean cosines behind it.
-pca: g = h - e of held-out tokens of the toy corpus on their first two principal components; top
-row coloured by block (each TACO cluster is one block, numbered at its centre), bottom row by the
-topic of the token's document (blocks of one topic do not merge; a block holding two documents is
-one cluster of two colours). curves: from each run's metrics.jsonl, each run in its own colour in
-every panel, each objective's own auxiliary loss named (TC, TaCL, RetroMAE's decoder).
-Drawing needs matplotlib (`pip install matplotlib`); the rest of taco does not. Mistakes end in one
-`error:` line, exit 2 (cli.errors).
+TACO's cosine picture is one bright square per BLOCK: its tokens agree with each other whichever document they
+come from, and not with the next block. TC's negatives come from the other sequences of the batch
+(sample_negatives), so for TC a context is a block; in pca each TACO cluster is one block, and blocks of one
+topic do not merge. What each picture draws: docs/pictures.md. Drawing needs matplotlib (`pip install
+matplotlib`); the rest of taco does not. Mistakes end in one `error:` line, exit 2 (cli.errors).
 """
 import sys
 import os
-from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
 from engine import cli
@@ -34,14 +25,10 @@ from engine.cli import UsageError
 from engine.toy import TOPICS
 from tools import analyze
 
-# each objective's losses as metrics.jsonl logs them: "loss" is the total, "mlm" MLM's part, "tc" the other one
-OBJECTIVES = {
-    "mlm": {"loss": "MLM", "mlm": "MLM", "tc": None},
-    "taco": {"loss": "MLM + λ·TC", "mlm": "MLM", "tc": "TC (token alignment)"},
-    "tacl": {"loss": "MLM + λ·TaCL", "mlm": "MLM", "tc": "TaCL (token contrast with the teacher)"},
-    "retromae": {"loss": "encoder MLM + decoder", "mlm": "encoder MLM (30 %, whole words)",
-                 "tc": "RetroMAE decoder (rebuilds the text)"},
-}
+# each objective's total loss ("loss" in metrics.jsonl) and its own auxiliary one ("tc"), as curves names them
+OBJECTIVES = {"mlm": ("MLM", None), "taco": ("MLM + λ·TC", "TC (token alignment)"),
+              "tacl": ("MLM + λ·TaCL", "TaCL (token contrast with the teacher)"),
+              "retromae": ("encoder MLM + decoder", "RetroMAE decoder (rebuilds the text)")}
 
 
 # ----------------------------------------------------------------------------- the toy corpus's topics
@@ -60,30 +47,19 @@ def document_topics(tokens, tok):
     """Each token's document topic (index into TOPICS; -1 if no content word decides it). Documents
     end at [SEP]; a document's topic is the one most of its content words belong to (85% are drawn
     from it by the generator, so the vote is nearly always right)."""
-    words = topic_words(tok)
-    tokens = np.asarray(tokens)
+    words, tokens = topic_words(tok), np.asarray(tokens)
     doc = np.concatenate([[0], np.cumsum(tokens[:-1] == tok.sep_id)])  # document index of each token
-    votes = {}
-    for d, t in zip(doc, tokens):
-        if int(t) in words:
-            votes.setdefault(int(d), Counter())[words[int(t)]] += 1
-    best = np.full(doc[-1] + 1, -1)
-    for d, c in votes.items():
-        best[d] = c.most_common(1)[0][0]
-    return best[doc]
+    topic = np.array([words.get(int(t), -1) for t in tokens])
+    votes = np.zeros((doc[-1] + 1, len(TOPICS)), dtype=int)
+    np.add.at(votes, (doc[topic >= 0], topic[topic >= 0]), 1)
+    return np.where(votes.any(1), votes.argmax(1), -1)[doc]
 
 
 # ----------------------------------------------------------------------------- runs and their states
 
-def heldout(tok, data, max_len, eval_blocks=64, cache_dir=None):
-    """The held-out blocks taco.py evaluates on (the corpus's last ones, analyze.probe_blocks) -> (ids
-    (n, max_len) int64, topic (n, max_len); topic is -1 for [CLS]/[SEP] and outside the toy corpus)."""
-    ids = analyze.probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0].astype(np.int64)
-    topic = np.full(ids.shape, -1)
-    if data == "toy":  # a block's body is the next max_len - 2 tokens of the corpus
-        topic[:, 1:-1] = document_topics(ids[:, 1:-1].reshape(-1), tok).reshape(len(ids), max_len - 2)
-        topic[ids == tok.sep_id] = -1
-    return torch.from_numpy(ids), topic
+def heldout(tok, run_args):
+    """The held-out blocks taco.py evaluates on (the corpus's last ones, analyze.probe_blocks): (n, max_len) int64."""
+    return analyze.probe_blocks(run_args.get("data", "toy"), tok, run_args.get("max_len", 128), 64)[0].astype(np.int64)
 
 
 def short_name(spec):
@@ -126,13 +102,6 @@ def output_file(out, picture):
     return cli.output_path(out, "--out", folder=False)
 
 
-def first_blocks(ids, sep_id, n):
-    """The first of the n consecutive held-out blocks with the most document boundaries inside them."""
-    inner = (ids[:, 1:-1] == sep_id).sum(1)
-    sums = [int(inner[i:i + n].sum()) for i in range(len(ids) - n + 1)]
-    return int(np.argmax(sums))
-
-
 def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
     """Token x token cosine matrix of n_blocks consecutive held-out blocks for each run; block
     edges white, document boundaries red; mean cosines within a block (same / other document)
@@ -141,40 +110,36 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
     panels = []
     for spec in run_dirs:
         encoder, tok, run_args, _ = analyze.load_encoder(spec)
-        ids, _ = heldout(tok, run_args.get("data", "toy"), run_args.get("max_len", 128))
-        if block is None:
-            block = first_blocks(ids, tok.sep_id, min(n_blocks, len(ids)))
+        ids = heldout(tok, run_args)
+        if block is None:  # where n_blocks consecutive blocks hold the most document boundaries inside them
+            inner = (ids[:, 1:-1] == tok.sep_id).sum(1)
+            block = int(np.argmax(np.convolve(inner, np.ones(min(n_blocks, len(ids)), dtype=int), "valid")))
         if block + n_blocks > len(ids):
             raise UsageError(f"--block {block} --blocks {n_blocks}: the held-out set has {len(ids)} blocks "
-                               f"(0 to {len(ids) - 1})")
-        chosen = ids[block:block + n_blocks]
+                             f"(0 to {len(ids) - 1})")
+        chosen = torch.from_numpy(ids[block:block + n_blocks])
         with torch.no_grad():
             h, e = encoder(chosen)  # load_encoder's encoder is in eval mode
         x = F.normalize((h - e if part == "g" else h).float(), dim=-1).reshape(-1, h.shape[-1])
-        cos = (x @ x.T).numpy()
-        T = chosen.shape[1]
-        flat = chosen.flatten()
-        is_sep = (flat == tok.sep_id).numpy()
-        blk = np.arange(len(flat)) // T
+        cos, T, flat = (x @ x.T).numpy(), chosen.shape[1], chosen.flatten().numpy()
+        is_sep, blk = flat == tok.sep_id, np.arange(len(flat)) // T
         doc = np.cumsum(is_sep) - is_sep + blk * len(flat)  # a document ends at its [SEP]; never across blocks
         off = ~np.eye(len(flat), dtype=bool)
         same_block, same_doc = (blk[:, None] == blk[None, :]) & off, (doc[:, None] == doc[None, :]) & off
-        stats = {"same document": cos[same_doc].mean(),
-                 "other document, same block": cos[same_block & ~same_doc].mean() if (same_block & ~same_doc).any()
-                 else float("nan"),
-                 "other block": cos[blk[:, None] != blk[None, :]].mean() if n_blocks > 1 else float("nan")}
+        pairs = {"same document": same_doc, "other document, same block": same_block & ~same_doc,
+                 "other block": blk[:, None] != blk[None, :]}
+        stats = {k: cos[m].mean() for k, m in pairs.items() if m.any()}
         boundaries = [i for i in np.flatnonzero(is_sep) if i % T != T - 1]  # inner [SEP]s: a document ends there
         panels.append((short_name(spec), cos, boundaries, stats))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.6), squeeze=False)
     for ax, (name, cos, boundaries, stats) in zip(axes[0], panels):
         im = ax.imshow(cos, vmin=-0.2, vmax=1, cmap="viridis")
-        for s in boundaries:
+        edges = [(s + 0.5, "red", 0.8, "--") for s in boundaries] + [(k * T - 0.5, "white", 1.5, "-")
+                                                                     for k in range(1, n_blocks)]
+        for at, colour, width, style in edges:
             for line in (ax.axhline, ax.axvline):
-                line(s + 0.5, color="red", lw=0.8, ls="--")
-        for k in range(1, n_blocks):
-            for line in (ax.axhline, ax.axvline):
-                line(k * T - 0.5, color="white", lw=1.5)
-        said = "\n".join(f"{k}: {v:.2f}" for k, v in stats.items() if not np.isnan(v))
+                line(at, color=colour, lw=width, ls=style)
+        said = "\n".join(f"{k}: {v:.2f}" for k, v in stats.items())
         ax.set_title(f"{name}: cosine of {part}; mean over pairs of\n{said}", fontsize=8)
         ax.set_xlabel("token position")
     axes[0, 0].set_ylabel(f"held-out blocks {block} to {block + n_blocks - 1}", fontsize=8)
@@ -193,19 +158,21 @@ def pca(run_dirs, out, max_tokens=3000):
         encoder, tok, run_args, _ = analyze.load_encoder(spec)
         if run_args.get("data", "toy") != "toy":
             raise UsageError(f"{spec} was not trained on the toy corpus: pca colours tokens by the toy documents' topics")
-        ids, topic = heldout(tok, "toy", run_args.get("max_len", 128))
-        keep = topic >= 0  # content tokens whose document's topic is known (no [CLS]/[SEP])
+        ids = heldout(tok, run_args)
+        topic = np.full(ids.shape, -1)  # -1: [CLS] / [SEP], or a document no content word decides
+        topic[:, 1:-1] = document_topics(ids[:, 1:-1].reshape(-1), tok).reshape(len(ids), -1)  # the corpus's text
+        topic[ids == tok.sep_id] = -1
+        keep = topic >= 0
         if keep.sum() < 2:
             raise UsageError(f"{spec}: its vocab.txt holds none of the toy topics' words, so no held-out document has "
                              f"a topic to colour by; pca needs a run with the toy corpus's vocabulary")
         with torch.no_grad():
-            h, e = encoder(ids)
+            h, e = encoder(torch.from_numpy(ids))
         block = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[keep][:max_tokens]
         g = (h - e)[torch.from_numpy(keep)].double()[:max_tokens]
         t = topic[keep][:max_tokens]
         g = g - g.mean(0)
-        _, _, v = torch.linalg.svd(g, full_matrices=False)
-        xy = (g @ v[:2].T).numpy()
+        xy = (g @ torch.linalg.svd(g, full_matrices=False)[2][:2].T).numpy()
         top, bottom = axes[0, col], axes[1, col]
         top.scatter(*xy.T, s=3, alpha=0.6, c=[plt.cm.tab20(b % 20) for b in block])
         for b in np.unique(block):  # a block that forms a cluster: its number at its centre
@@ -239,25 +206,24 @@ def curves(run_dirs, out):
             print(f"warning: {path}: left out the records without a numeric \"step\"", file=sys.stderr)
         read.append((short_name(spec), objective_of(spec), rows, plt.cm.tab10(i % 10)))
     names = {o for _, o, _, _ in read}
-    aux = [OBJECTIVES[o]["tc"] for o in OBJECTIVES if o in names and OBJECTIVES[o]["tc"]]
-    panels = [("loss", "training loss: " + " / ".join(OBJECTIVES[o]["loss"] for o in OBJECTIVES if o in names)),
-              ("mlm", "MLM loss" + (" (RetroMAE: its encoder's)" if "retromae" in names else "")),
-              ("tc", "each objective's own loss: " + " / ".join(aux) if aux else "no auxiliary loss (MLM runs only)"),
-              ("ctx_score", "contextual score (held-out blocks)")]
+    used = [OBJECTIVES[o] for o in OBJECTIVES if o in names]
+    aux = [own for _, own in used if own]
+    panels = {"loss": "training loss: " + " / ".join(total for total, _ in used),
+              "mlm": "MLM loss" + (" (RetroMAE: its encoder's)" if "retromae" in names else ""),
+              "tc": "each objective's own loss: " + " / ".join(aux) if aux else "no auxiliary loss (MLM runs only)",
+              "ctx_score": "contextual score (held-out blocks)"}
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for name, objective, rows, colour in read:
-        for ax, (key, _) in zip(axes.flat, panels):
+        own = OBJECTIVES.get(objective, (None, None))[1]
+        for ax, key in zip(axes.flat, panels):
             pts = [(r["step"], r[key]) for r in rows if number(r.get(key))]  # records that lack it: not drawn
-            if key == "tc" and not OBJECTIVES.get(objective, {}).get("tc"):
-                pts = []  # an MLM run logs tc = 0: no curve
-            if pts:
-                label = f"{name} ({objective}" + (f": {OBJECTIVES[objective]['tc'].split(' (')[0]})"
-                                                  if key == "tc" else ")")
+            if pts and (key != "tc" or own):  # an MLM run logs tc = 0: no curve
+                label = f"{name} ({objective}" + (f": {own.split(' (')[0]})" if key == "tc" else ")")
                 ax.plot(*zip(*pts), color=colour, marker="o" if key == "ctx_score" else None, ms=3, label=label)
             tp = [(r["step"], r["tp"]) for r in rows if number(r.get("tp"))]
             if key == "tc" and tp:  # --predict_all: MLM+TP's token-prediction loss
                 ax.plot(*zip(*tp), color=colour, ls="--", label=f"{name} (MLM+TP: token prediction)")
-    for ax, (key, title) in zip(axes.flat, panels):
+    for ax, title in zip(axes.flat, panels.values()):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
