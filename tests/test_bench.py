@@ -1,5 +1,7 @@
 """Tests for bench.py: the step table and its machine-readable lines."""
 
+import os
+
 import pytest
 
 from tools import bench
@@ -66,3 +68,37 @@ def test_the_loop_mode_times_the_real_loop(capsys):
                 "--threads", "1"])
     out = capsys.readouterr().out
     assert "0 recompiles after step 1" in out and "host syncs per step: 0 in the method" in out
+
+
+def test_retromae_on_request_prints_its_batch_cost_and_overhead(capsys):
+    bench.main(["--size", "tiny", "--batch_size", "2", "--max_len", "16", "--steps", "1", "--warmup", "0",
+                "--threads", "1", "--device", "cpu", "--variants", "taco-mlm,taco-retromae", "--no-memory"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-2].startswith("retromae batch (whole-word masks + decoder visibility, CPU, not in the step): ")
+    name, value = out[-1].split(": ")
+    assert name == "retromae_overhead" and float(value) > 0
+
+
+def test_tokenizer_mode_compares_with_hugging_face(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("tokenizers")
+    for name in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):  # set by the mode; restored after the test
+        monkeypatch.setenv(name, "")
+    text = tmp_path / "text.txt"
+    text.write_text("the farmer chased a muddy goat near the barn\n\nthe sailor steered a boat across the harbor\n")
+    bench.main(["--tokenizer", str(text), "--vocab", "toy", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert "2 documents" in out and out.count("ids differ on 0 documents") == 2, out
+    assert "taco / hf fast (encode_batch, 1 thread): " in out and "taco / hf slow (python): " in out
+
+
+def test_wait_policy_runs_the_repositorys_taco_py(monkeypatch, capsys):
+    """1 thread, then one per core spinning and sleeping, alternating; one row each (the runs recorded, not made)."""
+    ran = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, env, **kw: ran.append((cmd, env["OMP_WAIT_POLICY"])))
+    bench.main(["--wait_policy", "--steps", "3", "--busy", "0", "--device", "cpu"])
+    assert len(ran) == 9 and all(os.path.isfile(cmd[1]) and cmd[1].endswith("taco.py") for cmd, _ in ran)
+    assert [policy for _, policy in ran[:3]] == ["PASSIVE", "ACTIVE", "PASSIVE"]
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split("|")[2].strip() for r in rows[1:]] == ["sleep (OMP_WAIT_POLICY=PASSIVE)",
+                                                           "spin (OMP_WAIT_POLICY=ACTIVE)",
+                                                           "sleep (OMP_WAIT_POLICY=PASSIVE)"]

@@ -10,21 +10,12 @@
     python tools/bench.py --gpu_check                                 # the prepared check for a GPU (docs/speed.md)
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as taco.configure_optimizer
-builds it) on the same random batch: vocabulary 30,522, 15% of the tokens masked by data.mask_tokens.
-    taco-mlm  taco's BertForPreTraining: MLM logits only at the masked rows
-    taco-tc   the same + taco's TC loss (window 5, K 50, tau 0.07): TACO
-    hf-mlm    transformers.BertForMaskedLM (sdpa): logits over the vocabulary at every token
-    hf-tc     the same + the TC loss in its plain form, as users bolt it on: taco.tc_loss(fast=False),
-              which gathers an (N, 1+K, H) copy of the keys
-    taco-retromae  (on request) RetroMAE: whole-word MLM at 30% + the one-layer decoder rebuilding every
-              token (taco.retromae_loss); its batch is built outside the timed step, its cost printed apart
-Variants alternate step by step (A B C D A B C D ...) and the table shows medians, so the machine's drift
-cancels. "peak MB" is what two steps add on top of the weights (gradients, AdamW state, activations,
-temporaries): the CUDA allocator's peak, or on CPU the peak RSS of a fresh process per variant. "saved MB" is
-what autograd keeps for the backward. MFU (CUDA only) counts the same useful FLOPs for every variant (encoder
-+ MLM head at the masked rows) against the device's dense bf16 peak. The last lines are machine-readable:
-speedup_vs_hf (taco-mlm tokens/s / hf-mlm's), tc_overhead (taco-tc step time / taco-mlm's) and, when
-measured, retromae_overhead (taco-retromae step time / taco-mlm's).
+builds it) on the same random batch (vocabulary 30,522, 15% masked by data.mask_tokens), the variants taking
+turns step by step (A B C D A B C D ...: the machine's drift cancels in the medians): taco-mlm, taco-tc (+ the
+TC loss: TACO), hf-mlm (transformers.BertForMaskedLM, sdpa), hf-tc (+ the plain TC loss, as users bolt it on)
+and, on request, taco-retromae. docs/speed.md says what each variant and column measures. The last lines are
+machine-readable: speedup_vs_hf (taco-mlm tokens/s / hf-mlm's), tc_overhead (taco-tc step time / taco-mlm's)
+and, when measured, retromae_overhead (taco-retromae step time / taco-mlm's).
 """
 import argparse
 import contextlib
@@ -151,7 +142,7 @@ def make_batch(args, retromae=False):
 
 
 def make_step(name, args, cfg, inputs, labels):
-    """-> (step(seed), model): one full training step of the variant."""
+    """-> (step(seed), model, optimizer): one full training step of the variant."""
     torch.manual_seed(0)
     if name.startswith("hf"):
         import transformers
@@ -184,7 +175,7 @@ def make_step(name, args, cfg, inputs, labels):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-    return step, model
+    return step, model, optimizer
 
 
 def sync(device):
@@ -195,7 +186,7 @@ def sync(device):
 def alternate(fns, device, rounds, warmup=0, times=None):
     """Call every fn(i) in turn (A B C A B C ...: the machine's drift hits each alike), `warmup`
     untimed rounds first -> {name: median ms}; `times` gets every timed call's ms."""
-    times = {name: [] for name in fns} if times is None else times
+    times = {} if times is None else times
     for i in range(warmup + rounds):
         for name, fn in fns.items():
             sync(device)
@@ -228,7 +219,7 @@ def memory(name, args, cfg, inputs, labels):
     from the peak RSS. A step of a tiny model first does the lazy imports and set-up."""
     tiny = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
     make_step(name, args, tiny, inputs[:2, :16].contiguous(), labels[:2, :16].contiguous())[0](0)
-    step, _ = make_step(name, args, cfg, inputs, labels)
+    step = make_step(name, args, cfg, inputs, labels)[0]
     cuda = args.device.type == "cuda"
     if cuda:
         sync(args.device)
@@ -308,7 +299,7 @@ def measure(args, argv):
         args.variants = [v for v in args.variants if not v.startswith("hf")]
     steps, saved, peak = {}, {}, {}
     for v in args.variants:
-        steps[v], model = make_step(v, args, cfg, inputs, labels)
+        steps[v], model, _ = make_step(v, args, cfg, inputs, labels)
         if not args.compile:  # saved-tensor hooks and torch.compile do not mix
             saved[v] = saved_bytes(steps[v], model)
     med = alternate(steps, args.device, args.steps, args.warmup)  # ms
@@ -444,11 +435,11 @@ def loop(args, steps, count_syncs=False):
         sync(args.device)
         stamps.append((time.perf_counter(), frames["ok"]))
         return real(*a)
-    every = str(10 * steps)
-    argv = ["--size", args.size, "--data", "toy", "--vocab", "toy", "--steps", str(steps), "--warmup", "1",
-            "--batch_size", str(args.batch_size), "--device_batch_size", str(args.batch_size // 2), "--max_len",
-            str(args.max_len), "--eval_blocks", "0", "--save_every", every, "--log_every", every, "--device",
-            str(args.device), "--dtype", args.dtype] + ["--compile"] * args.compile + ["--threads", str(args.threads)] * bool(args.threads)
+    flags = {"size": args.size, "data": "toy", "vocab": "toy", "steps": steps, "warmup": 1, "batch_size": args.batch_size,
+             "device_batch_size": args.batch_size // 2, "max_len": args.max_len, "eval_blocks": 0,
+             "save_every": 10 * steps, "log_every": 10 * steps, "device": args.device, "dtype": args.dtype,
+             "threads": args.threads}
+    argv = [w for k, v in flags.items() if v is not None for w in (f"--{k}", str(v))] + ["--compile"] * args.compile
     syncs, said = fast.HostSyncs() if count_syncs else contextlib.nullcontext(), io.StringIO()
     with tempfile.TemporaryDirectory() as out, syncs, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
         taco.get_lr = stamped
@@ -511,10 +502,9 @@ def gpu_check(args, minutes=7.5):
         return f"{added / 2**20:,.0f} MB", f"taco-tc {B} x {T}: what two steps add to the weights{total}"
 
     def save():
-        model = BertForPreTraining(cfg).to(args.device)
-        optimizer = configure_optimizer(model, 1e-4, 0.01)
-        model(torch.zeros(1, 8, dtype=torch.long, device=args.device))[0].float().sum().backward()
-        optimizer.step()
+        eager = argparse.Namespace(**{**vars(args), "compile": False})
+        step, model, optimizer = make_step("taco-mlm", eager, cfg, *make_batch(args))
+        step(0)  # AdamW's state exists after a step
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
         with tempfile.TemporaryDirectory(dir=".") as out:  # the later saves rotate (keep_last 2), as a run does
             ms = alternate({0: lambda i: checkpoints.save_checkpoint(out, {**state, "step": i + 1}, 2)}, args.device, 3)

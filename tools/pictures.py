@@ -107,8 +107,8 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
     edges white, document boundaries red; mean cosines within a block (same / other document)
     and across blocks in the title."""
     plt = pyplot()
-    panels = []
-    for spec in run_dirs:
+    fig, axes = plt.subplots(1, len(run_dirs), figsize=(4.6 * len(run_dirs), 4.6), squeeze=False)
+    for ax, spec in zip(axes[0], run_dirs):
         encoder, tok, run_args, _ = analyze.load_encoder(spec)
         ids = heldout(tok, run_args)
         if block is None:  # where n_blocks consecutive blocks hold the most document boundaries inside them
@@ -128,19 +128,13 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
         same_block, same_doc = (blk[:, None] == blk[None, :]) & off, (doc[:, None] == doc[None, :]) & off
         pairs = {"same document": same_doc, "other document, same block": same_block & ~same_doc,
                  "other block": blk[:, None] != blk[None, :]}
-        stats = {k: cos[m].mean() for k, m in pairs.items() if m.any()}
-        boundaries = [i for i in np.flatnonzero(is_sep) if i % T != T - 1]  # inner [SEP]s: a document ends there
-        panels.append((short_name(spec), cos, boundaries, stats))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.6), squeeze=False)
-    for ax, (name, cos, boundaries, stats) in zip(axes[0], panels):
         im = ax.imshow(cos, vmin=-0.2, vmax=1, cmap="viridis")
-        edges = [(s + 0.5, "red", 0.8, "--") for s in boundaries] + [(k * T - 0.5, "white", 1.5, "-")
-                                                                     for k in range(1, n_blocks)]
-        for at, colour, width, style in edges:
+        seps = [(i + 0.5, "red", 0.8, "--") for i in np.flatnonzero(is_sep) if i % T != T - 1]  # a document ends
+        for at, colour, width, style in seps + [(k * T - 0.5, "white", 1.5, "-") for k in range(1, n_blocks)]:
             for line in (ax.axhline, ax.axvline):
                 line(at, color=colour, lw=width, ls=style)
-        said = "\n".join(f"{k}: {v:.2f}" for k, v in stats.items())
-        ax.set_title(f"{name}: cosine of {part}; mean over pairs of\n{said}", fontsize=8)
+        said = "\n".join(f"{k}: {cos[m].mean():.2f}" for k, m in pairs.items() if m.any())
+        ax.set_title(f"{short_name(spec)}: cosine of {part}; mean over pairs of\n{said}", fontsize=8)
         ax.set_xlabel("token position")
     axes[0, 0].set_ylabel(f"held-out blocks {block} to {block + n_blocks - 1}", fontsize=8)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
