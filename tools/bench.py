@@ -68,7 +68,8 @@ def get_args(argv=None):
     p.add_argument("--warmup", type=int_range(0), default=2, help="untimed steps per variant first")
     cli.add_threads_flag(p)
     p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS + ON_REQUEST)}")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of "
+                   + ", ".join(VARIANTS + ON_REQUEST))
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                    help="measure peak memory; on CPU in one fresh process per variant")
     p.add_argument("--peak_tflops", type=float_range(0, lo_open=True),
@@ -248,24 +249,21 @@ def rss(field):
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
 
 
-def model_flops(cfg, labels):
-    """Useful FLOPs of a step on this batch (forward + backward = 3x forward): encoder matmuls,
-    attention, and the MLM head at the masked rows only."""
-    (B, T), L, H, V = labels.shape, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
-    return 6 * B * T * L * 12 * H * H + 12 * B * T * L * T * H + 6 * int((labels != -100).sum()) * (H * H + H * V)
-
-
 def peak_flops(args, name):
     """The device's dense bf16 FLOP/s: --peak_tflops, else PEAK_BF16's for its exact name, else None."""
     return args.peak_tflops * 1e12 if args.peak_tflops else PEAK_BF16.get(name, 0) * 1e12 or None
 
 
-def mfu(args, name, flops, ms):
-    """`flops` done in `ms` as a share of the device's dense bf16 peak, or why there is none."""
+def mfu(args, name, cfg, labels, ms):
+    """A step's useful FLOPs on this batch (forward + backward = 3x forward: encoder matmuls, attention, the
+    MLM head at the masked rows only) done in `ms`, as a share of the device's dense bf16 peak; or why none."""
     if args.device.type != "cuda":
         return "n/a (no GPU)"
-    peak = peak_flops(args, name)
-    return f"{flops / ms * 1e3 / peak:.1%}" if peak else f"n/a (unknown peak of {name}: pass --peak_tflops)"
+    if not (peak := peak_flops(args, name)):
+        return f"n/a (unknown peak of {name}: pass --peak_tflops)"
+    (B, T), L, H, V = labels.shape, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size
+    flops = 6 * B * T * L * 12 * H * H + 12 * B * T * L * T * H + 6 * int((labels != -100).sum()) * (H * H + H * V)
+    return f"{flops / ms * 1e3 / peak:.1%}"
 
 
 def device_name(device):
@@ -319,7 +317,7 @@ def measure(args, argv):
         mb = [f"{d[v] / 2**20:,.0f}" if v in d else "-" for d in (peak, saved)]
         print(row(v, f"{med[v]:.0f}", f"{tokens / med[v] * 1e3:,.0f}",
                   f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-", *mb,
-                  mfu(args, name, model_flops(cfg, labels), med[v])))
+                  mfu(args, name, cfg, labels, med[v])))
     if args.profile:
         for v in args.variants:
             print(f"\nwhere the time of one {v} step goes:\n{profile(steps[v], args.device)}")
@@ -404,11 +402,11 @@ def wait_policies(steps, busy, repeats=3):
                "--threads", str(threads), "--out", out, "--force"]
         return lambda i: subprocess.run(cmd, env={**os.environ, "OMP_WAIT_POLICY": policy}, check=True,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    hogs, times = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)], {}
     try:
         with tempfile.TemporaryDirectory() as out:
             runs = {(t, p): taco_run(t, p, out) for t, p in [(1, "PASSIVE"), (cores, "ACTIVE"), (cores, "PASSIVE")]}
-            alternate(runs, torch.device("cpu"), repeats, times=(times := {}))
+            alternate(runs, torch.device("cpu"), repeats, times=times)  # every run's wall time
     finally:
         for hog in hogs:
             hog.kill()
@@ -435,10 +433,10 @@ def loop(args, steps, count_syncs=False):
         sync(args.device)
         stamps.append((time.perf_counter(), frames["ok"]))
         return real(*a)
-    flags = {"size": args.size, "data": "toy", "vocab": "toy", "steps": steps, "warmup": 1, "batch_size": args.batch_size,
-             "device_batch_size": args.batch_size // 2, "max_len": args.max_len, "eval_blocks": 0,
-             "save_every": 10 * steps, "log_every": 10 * steps, "device": args.device, "dtype": args.dtype,
-             "threads": args.threads}
+    flags = {"size": args.size, "data": "toy", "vocab": "toy", "steps": steps, "warmup": 1,
+             "batch_size": args.batch_size, "device_batch_size": args.batch_size // 2, "max_len": args.max_len,
+             "eval_blocks": 0, "save_every": 10 * steps, "log_every": 10 * steps, "device": args.device,
+             "dtype": args.dtype, "threads": args.threads}
     argv = [w for k, v in flags.items() if v is not None for w in (f"--{k}", str(v))] + ["--compile"] * args.compile
     syncs, said = fast.HostSyncs() if count_syncs else contextlib.nullcontext(), io.StringIO()
     with tempfile.TemporaryDirectory() as out, syncs, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
@@ -478,7 +476,7 @@ def gpu_check(args, minutes=7.5):
         inputs, labels = make_batch(run)
         ms = alternate({v: make_step(v, run, cfg, inputs, labels)[0] for v in variants}, args.device, args.steps,
                        args.warmup)
-        return {v: (t, mfu(args, name, model_flops(cfg, labels), t)) for v, t in ms.items()}
+        return {v: (t, mfu(args, name, cfg, labels, t)) for v, t in ms.items()}
 
     def fixed(compiled):
         (mlm, mlm_mfu), (tc, tc_mfu) = steps(["taco-mlm", "taco-tc"], compiled=compiled).values()
