@@ -162,7 +162,7 @@ def pca(run_dirs, out, max_tokens=3000):
                              f"a topic to colour by; pca needs a run with the toy corpus's vocabulary")
         with torch.no_grad():
             h, e = encoder(torch.from_numpy(ids))
-        block = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[keep][:max_tokens]
+        block = np.nonzero(keep)[0][:max_tokens]  # each token's block
         g = (h - e)[torch.from_numpy(keep)].double()[:max_tokens]
         t = topic[keep][:max_tokens]
         g = g - g.mean(0)
