@@ -1,4 +1,5 @@
-"""Tests for bench.py: the step table and its machine-readable lines."""
+"""Tests for bench.py: the step table and its machine-readable lines, and every other mode (--loop, --gpu_check,
+--tokenizer, --wait_policy)."""
 
 import os
 
