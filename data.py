@@ -62,14 +62,12 @@ class WordPieceTokenizer:
             raise DataError(f"vocab file {path} not found: pass a vocab.txt (one token per line)")
         regular_file(path, "vocab file")
         try:  # utf-8-sig: a byte-order mark left by an editor is not part of the first token
-            text = path.read_text(encoding="utf-8-sig")
+            text = path.read_text(encoding="utf-8-sig")  # Windows line ends read as "\n" too
         except UnicodeDecodeError:
             raise DataError(f"vocab file {path} is not UTF-8: pass a BERT-style vocab.txt") from None
-        tokens = text.replace("\r\n", "\n").split("\n")  # Windows line ends too
-        if tokens[-1] == "":
-            tokens.pop()
-        if not tokens:
+        if not text:
             raise DataError(f"vocab file {path} is empty: pass a BERT-style vocab.txt")
+        tokens = text.removesuffix("\n").split("\n")  # the last line's "\n" ends it, starts no token
         if missing := [t for t in SPECIAL_TOKENS if t not in tokens]:
             raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
         if set(tokens) <= set(SPECIAL_TOKENS):  # no text to tokenise, no token for masking's random 10%
@@ -157,15 +155,11 @@ class WordPieceTokenizer:
         """Greedy longest-match-first split into vocab pieces; [UNK] if any part fails."""
         if len(word) > self.max_word_chars:
             return [self.unk_id]
-        vocab = self.vocab
-        i = vocab.get(word)
-        if i is not None:
-            return [i]
         ids, start = [], 0
         while start < len(word):
             longest = self._max_first if start == 0 else self._max_next
             for end in range(min(len(word), start + longest), start, -1):
-                i = vocab.get(word[start:end] if start == 0 else "##" + word[start:end])
+                i = self.vocab.get(word[start:end] if start == 0 else "##" + word[start:end])
                 if i is not None:
                     break
             else:
@@ -282,10 +276,9 @@ class Batches:
 # ----------------------------------------------------------------------------- masking
 
 def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
-    """BERT's dynamic masking (Devlin et al. 2019, sec. 3.1): each non-special token is
-    chosen with probability p; of those 80% -> [MASK], 10% -> a random non-special token (taco's
-    choice, as TaCL's: BERT and Hugging Face draw it from the whole vocabulary), 10% kept. Returns new int64 (inputs, labels), labels -100 where nothing is predicted.
-    Random numbers come only from `generator`, drawn on its device and then moved."""
+    """BERT's dynamic masking (Devlin et al. 2019, sec. 3.1) -> new int64 (inputs, labels), labels
+    -100 where nothing is predicted: each non-special token is chosen with probability p, then
+    mask_selected's 80/10/10. Random numbers come only from `generator`, drawn on its device, then moved."""
     input_ids = input_ids.long()
     special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids, device=input_ids.device))
     selected = (rand(generator, input_ids.device, *input_ids.shape) < mlm_probability) & ~special
@@ -294,7 +287,8 @@ def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
 
 def mask_selected(input_ids, selected, tokenizer, generator=None):
     """BERT's 80/10/10 at the `selected` (B, T) positions -> int64 (inputs, labels): 80% become
-    [MASK], 10% a random non-special token, 10% stay; labels -100 where not selected."""
+    [MASK], 10% a random non-special token (taco's choice, as TaCL's: BERT and Hugging Face draw it
+    from the whole vocabulary), 10% stay; labels -100 where not selected."""
     device = input_ids.device
     input_ids = input_ids.long()
     normal = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
@@ -334,7 +328,7 @@ def whole_word_mask(input_ids, tokenizer, probability, generator=None, n=1):
     ids = input_ids.long()
     B, T = ids.shape
     device = ids.device
-    candidate = ~torch.isin(ids, torch.tensor(frame_ids(tokenizer), device=device))
+    candidate = ~is_frame(ids, tokenizer)
     cont = tokenizer.is_continuation.to(device)[ids] & candidate
     after_word = (candidate.long().cumsum(1) - candidate.long()) > 0  # a candidate lies before it
     start = candidate & ~(cont & after_word)  # the first piece of a word
@@ -395,10 +389,10 @@ def retromae_batch(input_ids, tokenizer, enc_probability=0.3, dec_probability=0.
     selected = whole_word_mask(ids, tokenizer, enc_probability, generator)[:, 0] & ~special
     inputs, labels = mask_selected(ids, selected, tokenizer, generator)
     visible = decoder_visible(ids, tokenizer, dec_probability, generator, pool)
-    frame = torch.isin(ids, torch.tensor(frame_ids(tokenizer), device=ids.device))
-    return inputs, labels, visible, torch.where(frame, -100, ids)
+    return inputs, labels, visible, torch.where(is_frame(ids, tokenizer), -100, ids)
 
 
-def frame_ids(tokenizer):
-    """[CLS], [SEP], [PAD]: the tokens that frame a text, not part of it (HF's whole-word walk skips them)."""
-    return [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
+def is_frame(ids, tokenizer):
+    """(B, T) bool: [CLS], [SEP], [PAD], which frame a text, not part of it (HF's whole-word walk skips them)."""
+    frame = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
+    return torch.isin(ids, torch.tensor(frame, device=ids.device))
