@@ -98,8 +98,6 @@ class WordPieceTokenizer:
 
     def encode(self, text):
         """Text -> ids, without [CLS]/[SEP] around it."""
-        if "[" not in text:
-            return self._encode_plain(text)
         parts = self._special_re.split(text)  # special tokens are matched on the raw text, before any cleaning
         return [i for k, part in enumerate(parts) for i in ([self.vocab[part]] if k % 2 else self._encode_plain(part))]
 
@@ -197,11 +195,10 @@ def load_tokenizer(spec, cache_dir=None):
 # ----------------------------------------------------------------------------- packed blocks and batches
 
 class Blocks:
-    """Fixed-length blocks [CLS] + the next max_len-2 tokens + [SEP] of a flat token array,
-    cut on demand: blocks[index_array] (or a slice) -> (k, max_len) array of just those
-    blocks, the same dtype as the tokens. Block i is tokens[i*body:(i+1)*body] with body =
-    max_len-2; no padding, no [CLS] mid-block, the final partial chunk is dropped. Nothing is
-    copied up front, so on a memory-mapped token cache memory does not grow with the corpus."""
+    """Fixed-length blocks of a flat token array: block i is [CLS] + tokens[i*body:(i+1)*body] + [SEP],
+    body = max_len-2; no padding, no [CLS] mid-block, the final partial chunk dropped. Cut on demand:
+    blocks[index_array] (or a slice) -> a (k, max_len) array of just those blocks, the tokens' dtype.
+    Nothing is copied up front, so on a memory-mapped token cache memory does not grow with the corpus."""
 
     def __init__(self, tokens, max_len, cls_id, sep_id, first=0, count=None):
         self.tokens, self.max_len, self.cls_id, self.sep_id = tokens, max_len, cls_id, sep_id
@@ -213,7 +210,6 @@ class Blocks:
         return self.count
 
     def __getitem__(self, index):
-        """index: a slice or an array of block numbers in [0, len)."""
         if isinstance(index, slice):
             rows = np.arange(*index.indices(self.count))
         else:
@@ -267,8 +263,8 @@ class Batches:
             self.order = torch.randperm(len(self.blocks), generator=torch.Generator().manual_seed(self.seed + epoch),
                                         dtype=torch.int32)
             self.epoch = epoch
-        mine = self.order[i * self.batch_size:(i + 1) * self.batch_size][self.rank * self.per_rank:
-                                                                         (self.rank + 1) * self.per_rank]
+        first = i * self.batch_size + self.rank * self.per_rank  # this rank's share of the step's batch
+        mine = self.order[first:first + self.per_rank]
         rows = [np.sort(mine[j:j + self.micro].numpy()) for j in range(0, self.per_rank, self.micro)]  # file order
         return [torch.from_numpy(self.blocks[r].astype(np.int64)) for r in rows]
 

@@ -202,9 +202,8 @@ def pair_sums(x, groups, real, dtype=torch.float64):
     The sum over all pairs of a set is |sum x|^2 - sum |x_a|^2: no N x N matrix is built.
     dtype: of the sums; fp32 is as good for unit vectors (to ~1e-7, test_taco.py) and fast on a GPU."""
     x, g = x.to(dtype)[real], groups[real]  # (N, H), (N,)
-    g = torch.unique(g, return_inverse=True)[1]  # group ids 0 .. G-1
-    per_group = torch.zeros(int(g.max()) + 1 if len(g) else 0, x.size(1), dtype=x.dtype,
-                            device=x.device).index_add_(0, g, x)  # (G, H)
+    names, g = torch.unique(g, return_inverse=True)  # g: group ids 0 .. G-1
+    per_group = x.new_zeros(len(names), x.size(1)).index_add_(0, g, x)  # (G, H)
     n = torch.bincount(g).double()  # (G,) tokens per group
     self_dot = x.pow(2).sum()
     intra = per_group.pow(2).sum() - self_dot
