@@ -83,8 +83,7 @@ class WordPieceTokenizer:
         self.vocab = {t: i for i, t in enumerate(tokens)}
         self.ids_to_tokens = tokens
         self.vocab_size = len(tokens)
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            self.vocab[t] for t in SPECIAL_TOKENS)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = map(self.vocab.get, SPECIAL_TOKENS)
         self.special_ids = sorted({self.vocab[t] for t in SPECIAL_TOKENS})
         self.is_continuation = torch.tensor([t.startswith("##") for t in tokens])  # per id: a "##" piece
         self._special_re = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
@@ -311,15 +310,14 @@ def whole_word_mask(input_ids, tokenizer, probability, generator=None, n=1):
     """Whole-word masking as Hugging Face's DataCollatorForWholeWordMask chooses (RetroMAE's
     encoder and decoder masks): n independent masks per sequence -> (B, n, T) bool, True = chosen.
 
-    A word is a piece plus the "##" pieces after it (a "##" right after a mid-block [SEP] joins
-    the word before the [SEP], as in HF); [CLS], [SEP] and padding are never chosen, [UNK] is a
-    word like any other (HF skips only "[CLS]" and "[SEP]"). k = round(L * p)
-    (at least 1, at most 512) with L the non-padding length, specials included. Words are
-    visited in a random order (the argsort of one uniform draw per position, (B*n, T)); a word
-    is taken if it still fits in k, skipped if it would overflow, until k tokens are chosen.
-    Vectorised: the first prefix of the order that fits is taken at once, then each round jumps
-    to the next word that fits the budget left; the budget shrinks every round, so there are at
-    most (longest word) rounds.
+    A word is a piece plus the "##" pieces after it (a "##" right after a mid-block [SEP] joins the word
+    before the [SEP], as in HF); [CLS], [SEP] and padding are never chosen, [UNK] is a word like any
+    other (HF skips only "[CLS]" and "[SEP]"). k = round(L * p) (at least 1, at most 512) with L the
+    non-padding length, specials included. Words are visited in a random order (the argsort of one
+    uniform draw per position, (B*n, T)); a word is taken if it still fits in k, skipped if it would
+    overflow, until k tokens are chosen. Vectorised: the first prefix of the order that fits is taken
+    at once, then each round jumps to the next word that fits the budget left; the budget shrinks
+    every round, so there are at most (longest word) rounds.
     """
     ids = input_ids.long()
     B, T = ids.shape
