@@ -144,8 +144,7 @@ class WordPieceTokenizer:
             else:
                 out.append(c)
         text = "".join(out)
-        # Per-character lowercasing, like BERT's fast tokenizer (Rust char::to_lowercase):
-        # str.lower() alone would turn a word-final "Σ" into "ς" instead of "σ".
+        # per character, as Rust's char::to_lowercase: str.lower() alone makes a word-final "Σ" "ς", not "σ"
         return (text.replace("Σ", "σ").lower() if lower else text).split()
 
     def _wordpiece(self, word):
@@ -286,9 +285,7 @@ def mask_selected(input_ids, selected, tokenizer, generator=None):
     from the whole vocabulary), 10% stay; labels -100 where not selected."""
     device = input_ids.device
     input_ids = input_ids.long()
-    normal = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
-    normal[tokenizer.special_ids] = False
-    normal_ids = normal.nonzero().squeeze(1).to(device)  # allowed random replacements
+    normal_ids = torch.from_numpy(np.setdiff1d(range(tokenizer.vocab_size), tokenizer.special_ids)).to(device)
     action = rand(generator, device, *input_ids.shape)
     where = generator.device if generator is not None else torch.device("cpu")
     pick = torch.randint(len(normal_ids), input_ids.shape, generator=generator, device=where)
@@ -387,6 +384,6 @@ def retromae_batch(input_ids, tokenizer, enc_probability=0.3, dec_probability=0.
 
 
 def is_frame(ids, tokenizer):
-    """(B, T) bool: [CLS], [SEP], [PAD], which frame a text, not part of it (HF's whole-word walk skips them)."""
+    """(B, T) bool: [CLS], [SEP], [PAD], which frame a text but are no part of it (HF's word walk skips them)."""
     frame = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
     return torch.isin(ids, torch.tensor(frame, device=ids.device))

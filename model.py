@@ -260,9 +260,8 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
     def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None, rows=None):
         """-> (logits, h, e). With `labels` (-100 = not predicted) the logits only at the predicted
         positions, (n, V) in the order of labels[labels != -100]: the 85% unscored tokens never pay
-        for the vocabulary-wide projection. `rows`, the same positions as flat indices into B*T
-        (taco.predicted_rows), select them without a boolean mask's host sync on a GPU. Without
-        either: logits at every position, (B, T, V)."""
+        for the vocabulary-wide projection; `rows` (taco.predicted_rows) selects the same positions by
+        index, with no host sync on a GPU. Without either: logits at every position, (B, T, V)."""
         h, e = self.bert(input_ids, attention_mask, token_type_ids)
         if rows is not None:
             return self.mlm(h.flatten(0, 1)[rows]), h, e  # (n, H) -> (n, V); an index tensor: no host sync

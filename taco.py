@@ -302,9 +302,9 @@ def masked_batch(ids, tok, args, generator):
 
 
 def predicted_rows(labels):
-    """The flat positions (into B*T) whose token is predicted (labels != -100), in order.
-    Found where the masks are made, on the host, they select the rows on a GPU without a host
-    sync; boolean-mask indexing (h[labels != -100]) would make the GPU wait for the host's nonzero()."""
+    """The flat positions (into B*T) whose token is predicted (labels != -100), in order. Found on the
+    host where the masks are made, they select the rows on a GPU by index: boolean-mask indexing
+    (h[labels != -100]) would make the GPU wait for the host's nonzero()."""
     return (labels != -100).reshape(-1).nonzero().squeeze(1)
 
 
