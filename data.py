@@ -144,7 +144,7 @@ class WordPieceTokenizer:
             else:
                 out.append(c)
         text = "".join(out)
-        # per character, as Rust's char::to_lowercase: str.lower() alone makes a word-final "Σ" "ς", not "σ"
+        # lowercase per character (Rust's char::to_lowercase): str.lower() makes a word-final "Σ" "ς", not "σ"
         return (text.replace("Σ", "σ").lower() if lower else text).split()
 
     def _wordpiece(self, word):

@@ -93,9 +93,9 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids=None):
-        T, n = input_ids.size(1), self.position.num_embeddings
-        if T > n:
-            raise ValueError(f"sequence length {T} exceeds max_position_embeddings {n}")
+        T, limit = input_ids.size(1), self.position.num_embeddings
+        if T > limit:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings {limit}")
         # Without segment ids every token is segment A: add row 0, skip the gather.
         segment = self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids)
         x = self.word(input_ids) + self.position.weight[:T] + segment  # (B, T, H)
