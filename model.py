@@ -60,10 +60,9 @@ class BertConfig:
     @classmethod
     def from_dict(cls, d):
         """From a dict such as a Hugging Face config.json; unknown keys are ignored."""
-        if d.get("hidden_act", "gelu") != "gelu":
-            raise ValueError(f"only hidden_act 'gelu' is supported, not {d['hidden_act']!r}")
-        if d.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only absolute position embeddings are supported")
+        for key, ours in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):  # what this code has
+            if d.get(key, ours) != ours:
+                raise ValueError(f"only {key} {ours!r} is supported, not {d[key]!r}")
         names = {f.name for f in fields(cls)}
         for k in names & d.keys():  # an edited config.json: one line naming the value, not a traceback later
             v, default = d[k], getattr(cls, k)
