@@ -62,14 +62,12 @@ class WordPieceTokenizer:
             raise DataError(f"vocab file {path} not found: pass a vocab.txt (one token per line)")
         regular_file(path, "vocab file")
         try:  # utf-8-sig: a byte-order mark left by an editor is not part of the first token
-            text = path.read_text(encoding="utf-8-sig")
+            text = path.read_text(encoding="utf-8-sig")  # Windows line ends read as "\n" too
         except UnicodeDecodeError:
             raise DataError(f"vocab file {path} is not UTF-8: pass a BERT-style vocab.txt") from None
-        tokens = text.replace("\r\n", "\n").split("\n")  # Windows line ends too
-        if tokens[-1] == "":
-            tokens.pop()
-        if not tokens:
+        if not text:
             raise DataError(f"vocab file {path} is empty: pass a BERT-style vocab.txt")
+        tokens = text.removesuffix("\n").split("\n")  # the last line's "\n" ends it, starts no token
         if missing := [t for t in SPECIAL_TOKENS if t not in tokens]:
             raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
         if set(tokens) <= set(SPECIAL_TOKENS):  # no text to tokenise, no token for masking's random 10%
@@ -85,8 +83,7 @@ class WordPieceTokenizer:
         self.vocab = {t: i for i, t in enumerate(tokens)}
         self.ids_to_tokens = tokens
         self.vocab_size = len(tokens)
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            self.vocab[t] for t in SPECIAL_TOKENS)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = map(self.vocab.get, SPECIAL_TOKENS)
         self.special_ids = sorted({self.vocab[t] for t in SPECIAL_TOKENS})
         self.is_continuation = torch.tensor([t.startswith("##") for t in tokens])  # per id: a "##" piece
         self._special_re = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
@@ -100,8 +97,6 @@ class WordPieceTokenizer:
 
     def encode(self, text):
         """Text -> ids, without [CLS]/[SEP] around it."""
-        if "[" not in text:
-            return self._encode_plain(text)
         parts = self._special_re.split(text)  # special tokens are matched on the raw text, before any cleaning
         return [i for k, part in enumerate(parts) for i in ([self.vocab[part]] if k % 2 else self._encode_plain(part))]
 
@@ -149,23 +144,18 @@ class WordPieceTokenizer:
             else:
                 out.append(c)
         text = "".join(out)
-        # Per-character lowercasing, like BERT's fast tokenizer (Rust char::to_lowercase):
-        # str.lower() alone would turn a word-final "Σ" into "ς" instead of "σ".
+        # lowercase per character (Rust's char::to_lowercase): str.lower() makes a word-final "Σ" "ς", not "σ"
         return (text.replace("Σ", "σ").lower() if lower else text).split()
 
     def _wordpiece(self, word):
         """Greedy longest-match-first split into vocab pieces; [UNK] if any part fails."""
         if len(word) > self.max_word_chars:
             return [self.unk_id]
-        vocab = self.vocab
-        i = vocab.get(word)
-        if i is not None:
-            return [i]
         ids, start = [], 0
         while start < len(word):
             longest = self._max_first if start == 0 else self._max_next
             for end in range(min(len(word), start + longest), start, -1):
-                i = vocab.get(word[start:end] if start == 0 else "##" + word[start:end])
+                i = self.vocab.get(word[start:end] if start == 0 else "##" + word[start:end])
                 if i is not None:
                     break
             else:
@@ -203,11 +193,10 @@ def load_tokenizer(spec, cache_dir=None):
 # ----------------------------------------------------------------------------- packed blocks and batches
 
 class Blocks:
-    """Fixed-length blocks [CLS] + the next max_len-2 tokens + [SEP] of a flat token array,
-    cut on demand: blocks[index_array] (or a slice) -> (k, max_len) array of just those
-    blocks, the same dtype as the tokens. Block i is tokens[i*body:(i+1)*body] with body =
-    max_len-2; no padding, no [CLS] mid-block, the final partial chunk is dropped. Nothing is
-    copied up front, so on a memory-mapped token cache memory does not grow with the corpus."""
+    """Fixed-length blocks of a flat token array: block i is [CLS] + tokens[i*body:(i+1)*body] + [SEP],
+    body = max_len-2; no padding, no [CLS] mid-block, the final partial chunk dropped. Cut on demand:
+    blocks[index_array] (or a slice) -> a (k, max_len) array of just those blocks, the tokens' dtype.
+    Nothing is copied up front, so on a memory-mapped token cache memory does not grow with the corpus."""
 
     def __init__(self, tokens, max_len, cls_id, sep_id, first=0, count=None):
         self.tokens, self.max_len, self.cls_id, self.sep_id = tokens, max_len, cls_id, sep_id
@@ -219,7 +208,6 @@ class Blocks:
         return self.count
 
     def __getitem__(self, index):
-        """index: a slice or an array of block numbers in [0, len)."""
         if isinstance(index, slice):
             rows = np.arange(*index.indices(self.count))
         else:
@@ -273,8 +261,8 @@ class Batches:
             self.order = torch.randperm(len(self.blocks), generator=torch.Generator().manual_seed(self.seed + epoch),
                                         dtype=torch.int32)
             self.epoch = epoch
-        mine = self.order[i * self.batch_size:(i + 1) * self.batch_size][self.rank * self.per_rank:
-                                                                         (self.rank + 1) * self.per_rank]
+        first = i * self.batch_size + self.rank * self.per_rank  # this rank's share of the step's batch
+        mine = self.order[first:first + self.per_rank]
         rows = [np.sort(mine[j:j + self.micro].numpy()) for j in range(0, self.per_rank, self.micro)]  # file order
         return [torch.from_numpy(self.blocks[r].astype(np.int64)) for r in rows]
 
@@ -282,10 +270,9 @@ class Batches:
 # ----------------------------------------------------------------------------- masking
 
 def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
-    """BERT's dynamic masking (Devlin et al. 2019, sec. 3.1): each non-special token is
-    chosen with probability p; of those 80% -> [MASK], 10% -> a random non-special token (taco's
-    choice, as TaCL's: BERT and Hugging Face draw it from the whole vocabulary), 10% kept. Returns new int64 (inputs, labels), labels -100 where nothing is predicted.
-    Random numbers come only from `generator`, drawn on its device and then moved."""
+    """BERT's dynamic masking (Devlin et al. 2019, sec. 3.1) -> new int64 (inputs, labels), labels
+    -100 where nothing is predicted: each non-special token is chosen with probability p, then
+    mask_selected's 80/10/10. Random numbers come only from `generator`, drawn on its device, then moved."""
     input_ids = input_ids.long()
     special = torch.isin(input_ids, torch.tensor(tokenizer.special_ids, device=input_ids.device))
     selected = (rand(generator, input_ids.device, *input_ids.shape) < mlm_probability) & ~special
@@ -294,12 +281,11 @@ def mask_tokens(input_ids, tokenizer, mlm_probability=0.15, generator=None):
 
 def mask_selected(input_ids, selected, tokenizer, generator=None):
     """BERT's 80/10/10 at the `selected` (B, T) positions -> int64 (inputs, labels): 80% become
-    [MASK], 10% a random non-special token, 10% stay; labels -100 where not selected."""
+    [MASK], 10% a random non-special token (taco's choice, as TaCL's: BERT and Hugging Face draw it
+    from the whole vocabulary), 10% stay; labels -100 where not selected."""
     device = input_ids.device
     input_ids = input_ids.long()
-    normal = torch.ones(tokenizer.vocab_size, dtype=torch.bool)
-    normal[tokenizer.special_ids] = False
-    normal_ids = normal.nonzero().squeeze(1).to(device)  # allowed random replacements
+    normal_ids = torch.from_numpy(np.setdiff1d(range(tokenizer.vocab_size), tokenizer.special_ids)).to(device)
     action = rand(generator, device, *input_ids.shape)
     where = generator.device if generator is not None else torch.device("cpu")
     pick = torch.randint(len(normal_ids), input_ids.shape, generator=generator, device=where)
@@ -321,20 +307,19 @@ def whole_word_mask(input_ids, tokenizer, probability, generator=None, n=1):
     """Whole-word masking as Hugging Face's DataCollatorForWholeWordMask chooses (RetroMAE's
     encoder and decoder masks): n independent masks per sequence -> (B, n, T) bool, True = chosen.
 
-    A word is a piece plus the "##" pieces after it (a "##" right after a mid-block [SEP] joins
-    the word before the [SEP], as in HF); [CLS], [SEP] and padding are never chosen, [UNK] is a
-    word like any other (HF skips only "[CLS]" and "[SEP]"). k = round(L * p)
-    (at least 1, at most 512) with L the non-padding length, specials included. Words are
-    visited in a random order (the argsort of one uniform draw per position, (B*n, T)); a word
-    is taken if it still fits in k, skipped if it would overflow, until k tokens are chosen.
-    Vectorised: the first prefix of the order that fits is taken at once, then each round jumps
-    to the next word that fits the budget left; the budget shrinks every round, so there are at
-    most (longest word) rounds.
+    A word is a piece plus the "##" pieces after it (a "##" right after a mid-block [SEP] joins the word
+    before the [SEP], as in HF); [CLS], [SEP] and padding are never chosen, [UNK] is a word like any
+    other (HF skips only "[CLS]" and "[SEP]"). k = round(L * p) (at least 1, at most 512) with L the
+    non-padding length, specials included. Words are visited in a random order (the argsort of one
+    uniform draw per position, (B*n, T)); a word is taken if it still fits in k, skipped if it would
+    overflow, until k tokens are chosen. Vectorised: the first prefix of the order that fits is taken
+    at once, then each round jumps to the next word that fits the budget left; the budget shrinks
+    every round, so there are at most (longest word) rounds.
     """
     ids = input_ids.long()
     B, T = ids.shape
     device = ids.device
-    candidate = ~torch.isin(ids, torch.tensor(frame_ids(tokenizer), device=device))
+    candidate = ~is_frame(ids, tokenizer)
     cont = tokenizer.is_continuation.to(device)[ids] & candidate
     after_word = (candidate.long().cumsum(1) - candidate.long()) > 0  # a candidate lies before it
     start = candidate & ~(cont & after_word)  # the first piece of a word
@@ -395,10 +380,10 @@ def retromae_batch(input_ids, tokenizer, enc_probability=0.3, dec_probability=0.
     selected = whole_word_mask(ids, tokenizer, enc_probability, generator)[:, 0] & ~special
     inputs, labels = mask_selected(ids, selected, tokenizer, generator)
     visible = decoder_visible(ids, tokenizer, dec_probability, generator, pool)
-    frame = torch.isin(ids, torch.tensor(frame_ids(tokenizer), device=ids.device))
-    return inputs, labels, visible, torch.where(frame, -100, ids)
+    return inputs, labels, visible, torch.where(is_frame(ids, tokenizer), -100, ids)
 
 
-def frame_ids(tokenizer):
-    """[CLS], [SEP], [PAD]: the tokens that frame a text, not part of it (HF's whole-word walk skips them)."""
-    return [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
+def is_frame(ids, tokenizer):
+    """(B, T) bool: [CLS], [SEP], [PAD], which frame a text but are no part of it (HF's word walk skips them)."""
+    frame = [tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id]
+    return torch.isin(ids, torch.tensor(frame, device=ids.device))

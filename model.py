@@ -1,19 +1,14 @@
 """BERT, written by hand in plain PyTorch, weight-for-weight compatible with Hugging Face.
 
-    Bert                            embeddings -> L post-LayerNorm Transformer blocks
+    Bert                            embeddings -> L post-LayerNorm Transformer blocks -> (h, e)
     BertForPreTraining              Bert + MLM head tied to the word embeddings
     BertForSequenceClassification   Bert + pooler ([CLS] -> dense -> tanh) + classifier
     RetroMAEForPreTraining          BertForPreTraining + RetroMAE's one-layer decoder
 
-`Bert.forward` returns the last hidden states h *and* the embedding-layer output e,
-because TACO's token-alignment loss works on g = h - e (see taco.py).
-
-Checkpoints move both ways between this code and Hugging Face's `transformers`
-(`load_hf_state_dict`, `to_hf_state_dict`, `from_pretrained`, `save_pretrained`)
-without importing `transformers`: the key map and the file formats are engine/hf.py's.
-
-The file reads like BERT top to bottom, in plain PyTorch; faster CPU equivalents of its dropout
-and attention live in engine/fast.py, which the training loops install.
+Checkpoints move both ways between this code and Hugging Face's `transformers` without importing
+it (`load_hf_state_dict`, `to_hf_state_dict`, `from_pretrained`, `save_pretrained`): the key map
+and the file formats are engine/hf.py's. Faster CPU equivalents of the dropout and attention live
+in engine/fast.py, which the training loops install.
 """
 import json
 from dataclasses import asdict, dataclass, fields
@@ -65,10 +60,9 @@ class BertConfig:
     @classmethod
     def from_dict(cls, d):
         """From a dict such as a Hugging Face config.json; unknown keys are ignored."""
-        if d.get("hidden_act", "gelu") != "gelu":
-            raise ValueError(f"only hidden_act 'gelu' is supported, not {d['hidden_act']!r}")
-        if d.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only absolute position embeddings are supported")
+        for key, ours in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):  # what this code has
+            if d.get(key, ours) != ours:
+                raise ValueError(f"only {key} {ours!r} is supported, not {d[key]!r}")
         names = {f.name for f in fields(cls)}
         for k in names & d.keys():  # an edited config.json: one line naming the value, not a traceback later
             v, default = d[k], getattr(cls, k)
@@ -98,14 +92,12 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids=None):
-        T = input_ids.size(1)
-        if T > self.position.num_embeddings:
-            raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
-                             f"{self.position.num_embeddings}")
-        x = self.word(input_ids) + self.position.weight[:T]  # (B, T, H)
+        T, limit = input_ids.size(1), self.position.num_embeddings
+        if T > limit:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings {limit}")
         # Without segment ids every token is segment A: add row 0, skip the gather.
-        x = x + (self.token_type.weight[0] if token_type_ids is None
-                 else self.token_type(token_type_ids))
+        segment = self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids)
+        x = self.word(input_ids) + self.position.weight[:T] + segment  # (B, T, H)
         return self.dropout(self.norm(x))
 
 
@@ -191,8 +183,7 @@ class PretrainedMixin:
         config, weights = hf.read_model_dir(path)
         config = BertConfig.from_dict({**config, "pooler": any(k.endswith("pooler.dense.weight") for k in weights)})
         model = cls(config, **kwargs)
-        fresh = load_hf_state_dict(model, weights)
-        if fresh:
+        if fresh := load_hf_state_dict(model, weights):
             print(f"note: {len(fresh)} head weights not in {path} are freshly initialised: "
                   f"{', '.join(sorted(fresh)[:4])}{' ...' if len(fresh) > 4 else ''}")
         return model
@@ -208,8 +199,8 @@ class PretrainedMixin:
 
 
 class Bert(PretrainedMixin, nn.Module):
-    """The encoder. forward -> (h, e): last-layer hidden states and embedding-layer output;
-    e is returned because TACO's loss works on g = h - e (taco.tc_loss)."""
+    """The encoder. forward -> (h, e): the last hidden states *and* the embedding-layer output,
+    because TACO's token-alignment loss works on g = h - e (taco.tc_loss)."""
 
     def __init__(self, config):
         super().__init__()
@@ -224,9 +215,8 @@ class Bert(PretrainedMixin, nn.Module):
 
     def hidden_states(self, input_ids, attention_mask=None, token_type_ids=None):
         """[e, h_1, ..., h_L]: the embedding-layer output, then every layer's output, each (B, T, H)."""
-        mask = None
-        if attention_mask is not None:  # (B, T) of 1 = real token, 0 = padding
-            mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T) over keys
+        # attention_mask: (B, T) of 1 = real token, 0 = padding -> (B, 1, 1, T) over keys
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         states = [self.embeddings(input_ids, token_type_ids)]  # (B, T, H)
         for layer in self.layers:
             states.append(layer(states[-1], mask))
@@ -267,14 +257,10 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
             init_weights(self.pooler, config.initializer_range)
 
     def forward(self, input_ids, labels=None, attention_mask=None, token_type_ids=None, rows=None):
-        """-> (logits, h, e).
-
-        With `labels` (-100 = not predicted) the logits are computed only at the
-        predicted positions, shape (n_predicted, V), in the order of `labels[labels != -100]`:
-        the 85% unscored tokens never pay for the vocabulary-wide projection. `rows`, the same
-        positions as flat indices into B*T (taco.predicted_rows), selects them without the host
-        sync of a boolean mask on a GPU. Without either, logits for every position, shape (B, T, V).
-        """
+        """-> (logits, h, e). With `labels` (-100 = not predicted) the logits only at the predicted
+        positions, (n, V) in the order of labels[labels != -100]: the 85% unscored tokens never pay
+        for the vocabulary-wide projection; `rows` (taco.predicted_rows) selects the same positions by
+        index, with no host sync on a GPU. Without either: logits at every position, (B, T, V)."""
         h, e = self.bert(input_ids, attention_mask, token_type_ids)
         if rows is not None:
             return self.mlm(h.flatten(0, 1)[rows]), h, e  # (n, H) -> (n, V); an index tensor: no host sync

@@ -17,6 +17,7 @@ The global batch (--batch_size) is fixed by the command; gradient accumulation i
 from it, the micro-batch and the world size, so every launch above takes the same optimizer steps.
 """
 import contextlib
+from collections import Counter
 from typing import NamedTuple
 
 from engine import cli
@@ -29,7 +30,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import Batches, load_tokenizer, make_blocks, mask_tokens, rand, retromae_batch
 from engine import checkpoints, runs
-from engine.cli import UsageError
 from engine.fast import SampledCosines, speed_up
 from engine.flags import apply_recipe, get_args
 from model import Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
@@ -63,8 +63,8 @@ def tc_loss(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0
         if group is not None:  # --negatives_from global: every rank's micro-batch
             keys, pool, mine = runs.gather_pool(keys, real, group)
         if pool.shape[0] < 2:
-            raise UsageError("the TC loss needs >= 2 sequences per device batch for negatives; "
-                             "raise --device_batch_size")
+            raise cli.UsageError("the TC loss needs >= 2 sequences per device batch for negatives; "
+                                 "raise --device_batch_size")
         pos = sample_positives(pool, window, generator)[mine]  # (B, T): j, near i in its sequence
         neg = sample_negatives(pool, num_negatives, generator)[mine]  # (B, T, K): k, in other sequences
         cols = torch.cat([pos[..., None], neg], -1).reshape(B * T, -1)  # (B*T, 1+K), the positive first
@@ -140,8 +140,7 @@ def tacl_loss(student_h, teacher_h, anchors, temperature=0.01):
         logits = s @ t.transpose(1, 2) / temperature  # (B, T, T): row i = s_i against every t_j
         target = torch.arange(T, device=s.device).repeat(B)  # the positive of row i is column i
         loss = F.cross_entropy(logits.reshape(B * T, T), target, reduction="none")  # (B*T,)
-        # The mean over anchors, by weights rather than by selecting rows: no host sync on GPU.
-        weight = anchors.reshape(-1).float()
+        weight = anchors.reshape(-1).float()  # the mean over anchors, by weights: no host sync on GPU
         return (loss * weight).sum() / weight.sum().clamp(min=1)  # no anchor (nothing masked): 0
 
 
@@ -153,13 +152,6 @@ def make_teacher(cfg, init_state, dropout, device):
     teacher = Bert(cfg).to(device)
     teacher.load_state_dict({k[5:]: v for k, v in init_state.items() if k.startswith("bert.")})
     return teacher.requires_grad_(False).train(dropout)
-
-
-def tacl_teacher_loss(teacher, ids, student_h, anchors, temperature):
-    """The teacher reads the unmasked ids (the student read the masked ones) -> tacl_loss."""
-    with torch.no_grad():
-        teacher_h, _ = teacher(ids)
-    return tacl_loss(student_h, teacher_h, anchors, temperature)
 
 
 # ----------------------------------------------------------------------------- RetroMAE's decoder loss
@@ -210,9 +202,8 @@ def pair_sums(x, groups, real, dtype=torch.float64):
     The sum over all pairs of a set is |sum x|^2 - sum |x_a|^2: no N x N matrix is built.
     dtype: of the sums; fp32 is as good for unit vectors (to ~1e-7, test_taco.py) and fast on a GPU."""
     x, g = x.to(dtype)[real], groups[real]  # (N, H), (N,)
-    g = torch.unique(g, return_inverse=True)[1]  # group ids 0 .. G-1
-    per_group = torch.zeros(int(g.max()) + 1 if len(g) else 0, x.size(1), dtype=x.dtype,
-                            device=x.device).index_add_(0, g, x)  # (G, H)
+    names, g = torch.unique(g, return_inverse=True)  # g: group ids 0 .. G-1
+    per_group = x.new_zeros(len(names), x.size(1)).index_add_(0, g, x)  # (G, H)
     n = torch.bincount(g).double()  # (G,) tokens per group
     self_dot = x.pow(2).sum()
     intra = per_group.pow(2).sum() - self_dot
@@ -243,7 +234,7 @@ def contextual_score(model, batches, attention_masks=None, sep_id=None):
     was_training = encoder.training
     encoder.eval()
     forms = {"": None} if sep_id is None else {"": None, "doc_": sep_id}
-    sums = {f: {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0} for f in forms}
+    sums = {f: Counter() for f in forms}  # pair_sums' sums and counts, added up over the batches
     for i, ids in enumerate(batches):
         mask = None if attention_masks is None else attention_masks[i]
         h, _ = encoder(ids, attention_mask=mask)
@@ -251,8 +242,7 @@ def contextual_score(model, batches, attention_masks=None, sep_id=None):
         z = F.normalize(h.float(), dim=-1)  # cosine = dot product of unit vectors
         dtype = torch.float64 if z.is_cpu else torch.float32  # float64 is slow on most GPUs
         for f, sep in forms.items():
-            for k, v in pair_sums(z, context_groups(ids, sep), real, dtype).items():
-                sums[f][k] += v
+            sums[f].update(pair_sums(z, context_groups(ids, sep), real, dtype))
     encoder.train(was_training)
     out = {}
     for f, s in sums.items():
@@ -282,72 +272,61 @@ def get_lr(step, lr, warmup, steps):
 # ----------------------------------------------------------------------------- one training step
 
 class MaskedBatch(NamedTuple):
-    """One micro-batch as the losses read it: the masked inputs and MLM labels (-100: not
-    predicted); tp_labels (--predict_all); the positions TC's anchors are restricted to
-    (--tc_positions; None: every token); the unmasked ids (TaCL's teacher reads them);
-    RetroMAE's decoder inputs. None where an objective needs none."""
-    inputs: torch.Tensor
-    labels: torch.Tensor
-    tp_labels: torch.Tensor = None
-    tc_positions: torch.Tensor = None
-    unmasked: torch.Tensor = None
-    decoder: DecoderInputs = None
-    rows: torch.Tensor = None  # the flat positions with a target (MLM's or TP's), found on the host: see predicted_rows
+    """One micro-batch as the losses read it; None where an objective needs none."""
+    inputs: torch.Tensor  # the masked ids
+    labels: torch.Tensor  # MLM's targets: the original id where masked, -100 elsewhere
+    targets: torch.Tensor = None  # --predict_all (MLM+TP): every non-special token's id, -100 elsewhere
+    tc_positions: torch.Tensor = None  # the tokens TC's anchors are restricted to (--tc_positions; None: all)
+    unmasked: torch.Tensor = None  # the ids before masking (TaCL's teacher reads them)
+    decoder: DecoderInputs = None  # RetroMAE's decoder batch
+    rows: torch.Tensor = None  # the flat positions with a target, found on the host: see predicted_rows
 
     def to(self, device):
         return MaskedBatch(*(None if t is None else t.to(device, non_blocking=True) for t in self))
 
 
 def masked_batch(ids, tok, args, generator):
-    """Dynamic masking of one micro-batch (B, T) -> MaskedBatch.
-
-    labels: the MLM targets (masked tokens; -100 elsewhere). tp_labels: with --predict_all (the
-    MLM+TP ablation) the targets of the extra token-prediction loss, every other non-special
-    token. retromae: whole-word masking and the decoder's batch.
-    """
+    """Dynamic masking of one micro-batch (B, T) -> MaskedBatch (retromae: whole-word masking
+    and the decoder's batch)."""
     if args.objective == "retromae":
         inputs, labels, visible, dec_labels = retromae_batch(ids, tok, args.mlm_probability, args.decoder_mlm_probability,
                                                              generator, args.decoder_pool)
         return MaskedBatch(inputs, labels, decoder=DecoderInputs(ids.long(), visible, dec_labels))
     inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
     masked = labels != -100
-    tp_labels = None
-    if args.predict_all:
-        special = torch.isin(ids, torch.tensor(tok.special_ids))
-        tp_labels = torch.where(special | masked, -100, ids)
+    special = torch.isin(ids, torch.tensor(tok.special_ids))
+    targets = torch.where(special, -100, ids) if args.predict_all else None  # MLM's and TP's
     positions = {"all": None, "masked": masked, "unmasked": ~masked}[args.tc_positions]
-    return MaskedBatch(inputs, labels, tp_labels, positions, unmasked=ids if args.objective == "tacl" else None,
-                       rows=predicted_rows(labels, tp_labels))
+    return MaskedBatch(inputs, labels, targets, positions, unmasked=ids if args.objective == "tacl" else None,
+                       rows=predicted_rows(labels if targets is None else targets))
 
 
-def predicted_rows(labels, tp_labels=None):
-    """The flat positions (into B*T) whose token is predicted, in order: labels != -100 (or tp_labels').
-    Found where the masks are made, on the host, they select the rows on a GPU without a host
-    sync; boolean-mask indexing (h[labels != -100]) would make the GPU wait for the host's nonzero()."""
-    targets = labels if tp_labels is None else torch.where(labels != -100, labels, tp_labels)
-    return (targets != -100).reshape(-1).nonzero().squeeze(1)
+def predicted_rows(labels):
+    """The flat positions (into B*T) whose token is predicted (labels != -100), in order. Found on the
+    host where the masks are made, they select the rows on a GPU by index: boolean-mask indexing
+    (h[labels != -100]) would make the GPU wait for the host's nonzero()."""
+    return (labels != -100).reshape(-1).nonzero().squeeze(1)
 
 
 def compute_loss(model, batch, args, generator, teacher=None):
     """loss = MLM + lambda * TC (the paper's Eq. 5) -> (loss, mlm, tc, tp) for logging.
     generator: TC's sampling of positives and negatives. tacl: MLM + lambda * TaCL, logged as tc;
-    `teacher` reads the unmasked ids.
+    `teacher` reads the unmasked ids. retromae: (L_enc + L_dec, L_enc, L_dec, 0).
 
-    With tp_labels (--predict_all), the MLM+TP ablation adds a token-prediction loss, the mean
+    With batch.targets (--predict_all), the MLM+TP ablation adds a token-prediction loss, the mean
     over the other non-special tokens, to MLM's mean over the chosen ones: loss = MLM + TP (+ lambda TC).
-    retromae: (L_enc + L_dec, L_enc, L_dec, 0).
     """
-    labels, tp_labels = batch.labels, batch.tp_labels
+    labels = batch.labels
     if args.objective == "retromae":
         loss, enc, dec = retromae_loss(model, batch.inputs, labels, batch.decoder, args.decoder_weight)
         return loss, enc, dec, torch.zeros_like(loss)
-    targets = labels if tp_labels is None else torch.where(labels != -100, labels, tp_labels)
-    rows = predicted_rows(labels, tp_labels) if batch.rows is None else batch.rows  # where targets != -100
+    targets = labels if batch.targets is None else batch.targets
+    rows = predicted_rows(targets) if batch.rows is None else batch.rows
     logits, h, e = model(batch.inputs, labels=targets, rows=rows)  # logits only at the rows with a target, in order
     ce = F.cross_entropy(logits.float(), targets.reshape(-1)[rows], reduction="none")
     # the means over the chosen rows; 0 (still in the graph) for a micro-batch where masking chose none
     mlm, tp = ce.mean() if len(ce) else ce.sum(), torch.zeros((), device=ce.device)
-    if tp_labels is not None:  # which rows are MLM's, which TP's: means by weights, no host sync
+    if batch.targets is not None:  # which rows are MLM's, which TP's: means by weights, no host sync
         masked = (labels != -100).reshape(-1)[rows].float()
         mlm, tp = ((ce * w).sum() / w.sum().clamp(min=1) for w in (masked, 1 - masked))
     tc = torch.zeros_like(mlm)
@@ -355,8 +334,10 @@ def compute_loss(model, batch, args, generator, teacher=None):
         group = dist.group.WORLD if args.negatives_from == "global" and dist.is_initialized() else None
         tc = tc_loss(h, e, window=args.window, num_negatives=args.negatives, temperature=args.temperature,
                      generator=generator, positions=batch.tc_positions, fast=not (args.plain_tc or args.plain), group=group)
-    elif args.objective == "tacl":  # anchors: the MLM-selected positions
-        tc = tacl_teacher_loss(teacher, batch.unmasked, h, labels != -100, args.temperature)
+    elif args.objective == "tacl":  # the teacher reads the unmasked ids; anchors: the MLM-selected positions
+        with torch.no_grad():
+            teacher_h, _ = teacher(batch.unmasked)
+        tc = tacl_loss(h, teacher_h, labels != -100, args.temperature)
     return mlm + tp + args.tc_weight * tc, mlm, tc, tp
 
 
@@ -395,8 +376,8 @@ def model_config(args, tok, init=None):
                                     tie_word_embeddings=not args.untie_embeddings)
     cfg = init.config
     if cfg.vocab_size != tok.vocab_size:
-        raise UsageError(f"--init {args.init} has a vocabulary of {cfg.vocab_size} but --vocab {args.vocab} "
-                         f"has {tok.vocab_size}: pass the init's vocab.txt (the default)")
+        raise cli.UsageError(f"--init {args.init} has a vocabulary of {cfg.vocab_size} but --vocab {args.vocab} "
+                             f"has {tok.vocab_size}: pass the init's vocab.txt (the default)")
     cfg.tie_word_embeddings = not args.untie_embeddings
     return cfg
 

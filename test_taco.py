@@ -255,14 +255,14 @@ def test_mlm_plus_tp_is_two_means_added():
     ids[:, 0], ids[:, -1], ids[2, 15:] = 1, 2, 0  # [CLS] ... [SEP], padding
     args = SimpleNamespace(mlm_probability=0.3, predict_all=True, tc_positions="all", objective="mlm", tc_weight=1.0)
     batch = taco.masked_batch(ids, tok, args, torch.Generator().manual_seed(1))
-    labels, tp_labels = batch.labels, batch.tp_labels
+    labels, targets = batch.labels, batch.targets
     masked = labels != -100
     special = torch.isin(ids, torch.tensor(tok.special_ids))
     assert torch.equal(labels[masked], ids[masked]) and not special[masked].any()
-    assert torch.equal(tp_labels, torch.where(special | masked, -100, ids))  # every other non-special token
+    assert torch.equal(targets, torch.where(special, -100, ids))  # MLM's masked tokens and TP's other ones
     loss, mlm, tc, tp = taco.compute_loss(KnownLosses(), batch, args, None)
     # by hand: the rows in (B, T) order; which of them are masked; each row's cross-entropy
-    rows = [(b, t) for b in range(3) for t in range(20) if masked[b, t] or tp_labels[b, t] != -100]
+    rows = [(b, t) for b in range(3) for t in range(20) if targets[b, t] != -100]
     ce = [math.log(KnownLosses.V - 1 + math.exp(r / 10)) - r / 10 for r in range(len(rows))]
     want_mlm = np.mean([c for c, (b, t) in zip(ce, rows) if masked[b, t]])
     want_tp = np.mean([c for c, (b, t) in zip(ce, rows) if not masked[b, t]])
