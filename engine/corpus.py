@@ -1,9 +1,7 @@
-"""Where a run's text comes from, and its tokens once tokenised: hub datasets (Wikipedia, BookCorpus,
-WikiText-103), local text files and folders, the built-in toy corpus; tokenised once into one flat
-token array, cached and verified (token_cache.py builds and checks it).
-
-tools/prepare.py runs it ahead of a run (the paper's corpora take hours to tokenise).
-"""
+"""Where a run's text comes from: hub datasets (Wikipedia, BookCorpus, WikiText-103), local text files
+and folders, the built-in toy corpus; tokenised once into one flat token array that token_cache.py
+builds and verifies (docs/data.md). tools/prepare.py runs it ahead of a run (the paper's corpora take
+hours to tokenise)."""
 import hashlib
 import json
 import os
@@ -36,9 +34,9 @@ _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
 
 
 def read_documents(path):
-    """Documents of a local text file: blank-line-separated paragraph groups, or one per
-    line if the file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the
-    tokenizer drops) with one warning per file; NUL bytes mean binary and are refused."""
+    """Documents of a local text file: blank-line-separated paragraph groups, or one per line if the
+    file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the tokenizer drops) with one
+    warning per file; NUL bytes mean binary and are refused."""
     raw = Path(cli.regular_file(path, "data file")).read_bytes()
     if b"\x00" in raw[:8192]:
         raise DataError(f"{path} looks binary (NUL bytes): pass UTF-8 text files")
@@ -54,9 +52,8 @@ def read_documents(path):
 
 
 def looks_like_vocabulary(path, head=1 << 16):
-    """True if a text file reads as a WordPiece vocabulary rather than text: one token per line
-    (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces. Judged on
-    its first 64 KB."""
+    """Does a text file (its first 64 KB) read as a WordPiece vocabulary rather than text: one token per
+    line (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces?"""
     with open(path, "rb") as f:
         lines = f.read(head).decode("utf-8", errors="replace").splitlines()
     words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
@@ -68,10 +65,9 @@ def looks_like_vocabulary(path, head=1 << 16):
 
 
 def _resolve(data_spec, cache_dir):
-    """'toy,wikipedia,notes.txt,dir/' -> (parts: ("file", Path) or ("hub", name), a label per part
-    of the spec for the summary line, warnings). A folder gives its own *.txt files, sorted (not its
-    subfolders, not hidden files), less those that look like a vocabulary (a vocab.txt beside the
-    text), skipped with a warning. A file named in --data is always read."""
+    """'toy,wikipedia,notes.txt,dir/' -> (parts: ("file", Path) or ("hub", name), a label per part of
+    the spec for the summary line, warnings). A folder gives its own *.txt files, sorted, less those
+    that look like a vocabulary (a vocab.txt beside the text); a file named in --data is always read."""
     parts, labels, warnings = [], [], []
     vocabulary = "like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), not text"
     for name in (s.strip() for s in str(data_spec).split(",") if s.strip()):
@@ -110,8 +106,8 @@ def _resolve(data_spec, cache_dir):
 
 
 def load_documents(data_spec, cache_dir=None):
-    """A datasets.Dataset with one "text" column, one document per row, of data_spec: a
-    comma-separated list of SOURCES names, text files and folders (read_documents and _resolve)."""
+    """A datasets.Dataset with one "text" column, one document per row, of data_spec: a comma-separated
+    list of SOURCES names, text files and folders."""
     return _load(_resolve(data_spec, cache_dir)[0])
 
 
@@ -138,9 +134,9 @@ def _load(parts):
 
 
 def unavailable(data_spec, cache_dir=None):
-    """Why data_spec cannot be loaded now, found without loading it (None if nothing is found):
-    a name that is no source, or hub sources out of reach (offline and not cached). Asked when
-    the vocabulary is missing too, so that one message names everything missing."""
+    """Why data_spec cannot be loaded now (a name that is no source, hub sources offline and not cached),
+    found without loading it, or None: asked when the vocabulary is missing too, so that one message
+    names everything missing."""
     try:
         parts = _resolve(data_spec, cache_dir)[0]
     except DataError as err:
@@ -157,8 +153,8 @@ def unavailable(data_spec, cache_dir=None):
 
 
 def token_cache_path(data_spec, tokenizer, cache_dir=None):
-    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
-    file by path, size and mtime), the vocabulary and the array format."""
+    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local file by
+    path, size and mtime), the vocabulary and the array format."""
     return _cache_path(_resolve(data_spec, cache_dir)[0], tokenizer, cache_dir)
 
 
@@ -172,12 +168,10 @@ def _cache_path(parts, tokenizer, cache_dir):
 
 
 def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
-    """Tokenise every document once into one flat array, documents separated (and ended)
-    by [SEP]; cached as .npy (with a manifest, .json) under a key of what made it, verified
-    before every use (a damaged cache is rebuilt, with a warning), returned as a read-only
-    memmap. Warnings and a line saying what was read go to `say` (default: stderr); so does a
-    line naming the cache when it is reused, if `say` is given (a run's log; other scripts stay
-    quiet). Under DDP rank 0 builds it; the others wait for cached_tokens."""
+    """Every document tokenised once into one flat array, each ended by [SEP], as a read-only memmap of
+    the token cache (built, or verified and reused; a damaged one is rebuilt with a warning). Warnings
+    and what was read go to `say` (default: stderr), and so does a line naming a reused cache if `say`
+    is given (a run's log). Under DDP rank 0 builds it; the others wait for cached_tokens."""
     quiet_reuse, say = say is None, say or (lambda line: print(line, file=sys.stderr))
     parts, labels, warnings = _resolve(data_spec, cache_dir)
     for warning in warnings:
@@ -195,13 +189,13 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
 
 
 def cached_tokens(data_spec, tokenizer, cache_dir=None):
-    """data_spec's cached token array if it verifies (token_cache.verified), else None; says nothing and
-    removes nothing (what DDP's other ranks wait for while rank 0 builds it)."""
+    """data_spec's cached token array if it verifies, else None, silently: what DDP's other ranks wait
+    for while rank 0 builds it."""
     return token_cache.verified(token_cache_path(data_spec, tokenizer, cache_dir), tokenizer)
 
 
 def tokens_sha256(data_spec, tokenizer, cache_dir=None):
-    """The checksum of data_spec's token array, from the manifest tokenize_corpus verified: what a
-    run trains on (runs.Run records it, so that --resume can refuse other data)."""
+    """The checksum of data_spec's token array, from the manifest tokenize_corpus verified (runs.Run
+    records it, so that --resume can refuse other data)."""
     manifest = token_cache_path(data_spec, tokenizer, cache_dir).with_suffix(".json")
     return json.loads(manifest.read_text())["sha256"]

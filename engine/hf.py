@@ -1,8 +1,7 @@
-"""Hugging Face's file formats, without the `transformers` package: the key map between our
-parameter names and BERT's (`to_hf_state_dict`, `load_hf_state_dict`, public in model.py), and
-the weight files of a model directory (model.safetensors by a small reader and writer of its
-documented format, or pytorch_model.bin). model.py's from_pretrained / save_pretrained call these.
-"""
+"""Hugging Face's file formats, without the `transformers` package: the key map between our parameter
+names and BERT's (`to_hf_state_dict`, `load_hf_state_dict`, public in model.py) and the weight files of
+a model directory (model.safetensors by a small reader and writer of its documented format, or
+pytorch_model.bin), for model.py's from_pretrained / save_pretrained."""
 import json
 import os
 import shutil
@@ -56,15 +55,11 @@ def to_hf_state_dict(model):
 
 
 def load_hf_state_dict(model, state_dict):
-    """Copy a Hugging Face BERT state dict into `model`; returns the head weights left fresh.
-
-    Accepts BertModel checkpoints (keys without "bert.", e.g. sentence encoders) as well as
-    BertForMaskedLM / BertForPreTraining / BertForSequenceClassification ones. Every
-    encoder weight must be present with the right shape; a head (MLM, pooler, classifier)
-    missing from the checkpoint keeps its fresh initialisation and is reported; another task's is skipped.
-    """
-    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
-          for k, v in state_dict.items()}
+    """Copy a Hugging Face BERT state dict (BertModel's, without "bert.", or BertForMaskedLM's,
+    ForPreTraining's, ForSequenceClassification's) into `model`; returns the head weights left fresh.
+    Every encoder weight must be there with the right shape; a head (MLM, pooler, classifier) missing
+    from the checkpoint keeps its fresh initialisation, another task's is skipped."""
+    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v for k, v in state_dict.items()}
     ours = model.state_dict()
     used, missing, fresh, loaded = set(), [], [], {}
     for name, hf_names in _key_map(model):
@@ -81,15 +76,13 @@ def load_hf_state_dict(model, state_dict):
     if missing:
         raise ValueError(f"checkpoint is missing {len(missing)} weights: {', '.join(missing[:5])}"
                          f"{' ...' if len(missing) > 5 else ''}")
-    other_heads = tuple(p for p, has in (("cls.", hasattr(model, "mlm")), ("bert.pooler.", hasattr(model, "pooler")),
-                                         ("classifier.", hasattr(model, "classifier"))) if not has)
-    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]  # heads it has not: skipped
+    other_heads = tuple(p for p, head in (("cls.", "mlm"), ("bert.pooler.", "pooler"), ("classifier.", "classifier"))
+                        if not hasattr(model, head))  # heads it has not: skipped
+    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]
     if unexpected:
         raise ValueError(f"checkpoint has {len(unexpected)} unexpected weights: "
                          f"{', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
-    with torch.no_grad():
-        for name, t in loaded.items():
-            ours[name].copy_(t)
+    model.load_state_dict(loaded, strict=False)  # the rest of its state as it is
     return fresh
 
 
@@ -112,7 +105,7 @@ def read_safetensors(path):
     out = {}
     for name, info in header.items():
         begin, end = info["data_offsets"]
-        raw = bytearray(data[8 + n + begin:8 + n + end])  # writable copy for frombuffer
+        raw = bytearray(data[8 + n + begin:8 + n + end])  # writable copy for frombuffer (which refuses b"")
         t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         out[name] = t.view(_ST_DTYPES[info["dtype"]]).reshape(info["shape"])
     return out
@@ -138,10 +131,9 @@ def write_safetensors(path, tensors):
 
 def read_weights(path):
     """The state dict in a Hugging Face directory: model.safetensors or pytorch_model.bin."""
-    st, pt = os.path.join(path, "model.safetensors"), os.path.join(path, "pytorch_model.bin")
-    if os.path.exists(st):
+    if os.path.exists(st := os.path.join(path, "model.safetensors")):
         return read_safetensors(st)
-    if os.path.exists(pt):
+    if os.path.exists(pt := os.path.join(path, "pytorch_model.bin")):
         return torch.load(pt, map_location="cpu", weights_only=True)
     raise FileNotFoundError(f"{path} holds neither model.safetensors nor pytorch_model.bin")
 
