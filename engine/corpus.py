@@ -9,28 +9,20 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from engine import cli, token_cache
 from engine.cli import DataError, default_cache_dir
 from engine.toy import SPECIAL_TOKENS, toy_corpus
 
-# name -> (hub dataset id, config, split, text column, rows joined into one document).
-# All are data-only repos (Parquet or Arrow files) that load with datasets >= 3, unlike the
-# old script-based "bookcorpus" and "wikitext". SamuelYang/bookcorpus is an Arrow dump of
-# the original 74M rows: one sentence per row and no book boundaries, so runs of 100 rows
-# are joined into one pseudo-document rather than putting a [SEP] after every sentence.
+# name -> (hub dataset id, config, split, text column, rows joined into one document). All are data-only
+# repos (Parquet or Arrow) that load with datasets >= 3, unlike the old script-based "bookcorpus" and
+# "wikitext". SamuelYang/bookcorpus is an Arrow dump of the original 74M rows, one sentence per row and no
+# book boundaries: runs of 100 rows make one pseudo-document, rather than a [SEP] after every sentence.
 SOURCES = {
     "wikipedia": ("wikimedia/wikipedia", "20231101.en", "train", "text", 1),
     "bookcorpus": ("SamuelYang/bookcorpus", None, "train", "text", 100),
     "wikitext103": ("Salesforce/wikitext", "wikitext-103-raw-v1", "train", "text", 1),
     "toy": None,  # built offline by toy.toy_corpus()
 }
-
-
-# ----------------------------------------------------------------------------- corpora
-
-_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
 
 
 def read_documents(path):
@@ -44,8 +36,8 @@ def read_documents(path):
     bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # minus genuine U+FFFD
     if bad:
         print(f"warning: {path} is not UTF-8; {bad} bad byte sequence(s) dropped", file=sys.stderr)
-    docs = _BLANK_LINE.split(text) if _BLANK_LINE.search(text) else text.splitlines()
-    docs = [d.strip() for d in docs if d.strip()]
+    groups = re.split(r"\n[ \t\r]*\n", text)
+    docs = [d.strip() for d in (groups if len(groups) > 1 else text.splitlines()) if d.strip()]
     if not docs:
         raise DataError(f"{path} is empty: pass a file with text in it")
     return docs
@@ -59,9 +51,8 @@ def looks_like_vocabulary(path, head=1 << 16):
     words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
     if len(words) < 5 or sum(len(w.split()) > 1 for w in words) > len(words) // 100:
         return False
-    specials = sum(w in SPECIAL_TOKENS for w in words)
-    pieces = sum(w.startswith("##") and len(w) > 2 for w in words)
-    return specials >= 2 or pieces >= len(words) // 20
+    return (sum(w in SPECIAL_TOKENS for w in words) >= 2
+            or sum(w.startswith("##") and len(w) > 2 for w in words) >= len(words) // 20)
 
 
 def _resolve(data_spec, cache_dir):
@@ -180,9 +171,8 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
     tokens = token_cache.verified(path, tokenizer, say)
     if tokens is None:
         fingerprints = token_cache.source_fingerprints(parts)  # taken before the text is read
-        token_cache.build(path, _load(parts), fingerprints, tokenizer, num_proc,
-                          lambda line: say(f"data: {what}: {line}"))
-        tokens = np.load(path, mmap_mode="r")
+        tokens = token_cache.build(path, _load(parts), fingerprints, tokenizer, num_proc,
+                                   lambda line: say(f"data: {what}: {line}"))
     elif not quiet_reuse:
         say(f"data: {what}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
     return tokens

@@ -66,8 +66,8 @@ def verified(path, tokenizer, say=None):
 
 def build(path, docs, sources, tokenizer, num_proc, say):
     """Tokenise `docs` (a datasets.Dataset, column "text") into `path` and its manifest, which records
-    `sources` (source_fingerprints) and, written last, is the commit. `say` gets the line saying what was
-    read. The array's space is reserved (fallocate) before it is written: a full disk is one line."""
+    `sources` (source_fingerprints) and, written last, is the commit; returns the array's memmap. `say`
+    gets the line saying what was read."""
     mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
     if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
         num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
@@ -107,6 +107,7 @@ def build(path, docs, sources, tokenizer, num_proc, say):
     say(f"{len(docs):,} documents, {mb:,.1f} MB of text, tokenized into {total:,} tokens in {secs:,.1f} s: "
         f"{mb / secs:.2f} MB/s with {num_proc} process{'es' if num_proc > 1 else ''} "
         f"({mb / secs / num_proc:.2f} MB/s each); cached in {path}")
+    return np.load(path, mmap_mode="r")
 
 
 def tokenize_parts(docs, tokenizer, dtype, parts):

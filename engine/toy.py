@@ -208,16 +208,16 @@ def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
     (out / "sts.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
-def _generate_once(cache_dir, name, write):
-    """The folder `name` of the cache, filled by write(folder) the first time: in a temp folder
-    beside it, then renamed into place, so a reader never sees half of it."""
+def _generate_once(cache_dir, name, write, seed):
+    """The folder `name` of the cache, filled by write(folder, random.Random(seed)) the first time: in a
+    temp folder beside it, then renamed into place, so a reader never sees half of it."""
     final = Path(cache_dir or default_cache_dir()) / name
     if final.is_dir():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
         with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent, ignore_cleanup_errors=True) as tmp:
-            write(Path(tmp))
+            write(Path(tmp), random.Random(seed))
             os.rename(tmp, final)
     except OSError as err:  # the temp folder is gone by now
         if cli.disk_full(err):
@@ -230,7 +230,7 @@ def _generate_once(cache_dir, name, write):
 def toy_corpus(cache_dir=None, seed=0):
     """Folder with vocab.txt, train.txt, glue/{train,dev,test}.tsv (the labelled pair task: 1 = both
     sentences about one topic) and wordsim.txt, generated once per (seed, TOY_VERSION)."""
-    return _generate_once(cache_dir, f"toy-v{TOY_VERSION}-seed{seed}", lambda tmp: _write_toy(tmp, random.Random(seed)))
+    return _generate_once(cache_dir, f"toy-v{TOY_VERSION}-seed{seed}", _write_toy, seed)
 
 
 def is_toy_vocab(path, cache_dir=None):
@@ -242,8 +242,8 @@ def is_toy_vocab(path, cache_dir=None):
 def toy_sentence_eval(cache_dir=None, seed=0):
     """Folder with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and sts.tsv
     (sentence1, sentence2, score), from a random stream of its own (the toy corpus is untouched)."""
-    return _generate_once(cache_dir, f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}",
-                          lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
+    return _generate_once(cache_dir, f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}", _write_toy_sentence_eval,
+                          f"sentence-eval-{seed}")
 
 
 def toy_pair_eval(cache_dir=None, seed=0, n=5000):
@@ -251,6 +251,5 @@ def toy_pair_eval(cache_dir=None, seed=0, n=5000):
     dev split is but from a random stream of their own, so the corpus, its 1,000 dev pairs and every
     number measured on them stay as they are. study.py scores fine-tuned models on them: 1,000 pairs
     leave a binomial spread of about 1.3 points on an accuracy near 80%."""
-    rows = lambda: _pair_rows(_ToyGrammar(random.Random(f"pair-eval-{seed}")), n)
-    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}",
-                          lambda tmp: (tmp / "dev.tsv").write_text(rows(), encoding="utf-8"))
+    write = lambda out, rng: (out / "dev.tsv").write_text(_pair_rows(_ToyGrammar(rng), n), encoding="utf-8")
+    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}", write, f"pair-eval-{seed}")
