@@ -1,13 +1,8 @@
-"""Speed equivalents: faster ways to compute what the plain code computes, each tested equal to the
-plain form it replaces (test_fast.py). The training loops switch them on (`--plain`, `--plain_tc` keep
-them off); the reading path (taco.tc_loss, model.py's blocks) stays the plain form.
-
-    SampledCosines   tc_loss's F.normalize + einsum over the (N, 1+K, H) gathered keys, at linear cost
-    Dropout          nn.Dropout on CPU by 16-bit random integers, not the serial Bernoulli sampler
-    attention        F.scaled_dot_product_attention with dropout on CPU, where SDPA has no fused kernel
-
-`speed_up(model)` installs the last two; off the CPU, or without dropout, they hand over to the plain
-op. `HostSyncs` counts the operations that would make a GPU wait for the host (tools/bench.py, tests).
+"""Speed equivalents of the plain code, kept apart from it and each tested equal to the form it replaces
+(test_fast.py): `SampledCosines`, tc_loss's F.normalize + einsum at linear cost; `Dropout` and `attention`,
+CPU dropout without the serial Bernoulli sampler, put into a model by `speed_up` (off the CPU, or without
+dropout, they hand over to the plain op). The training loops switch them on (`--plain`, `--plain_tc` keep
+them off). `HostSyncs` counts the operations that would make a GPU wait for the host.
 """
 import collections
 import os
