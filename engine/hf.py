@@ -5,6 +5,7 @@ pytorch_model.bin), for model.py's from_pretrained / save_pretrained."""
 import json
 import os
 import shutil
+from pathlib import Path
 
 import torch
 
@@ -97,8 +98,7 @@ _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
+    data = Path(path).read_bytes()
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + n])
     header.pop("__metadata__", None)
@@ -140,19 +140,17 @@ def read_weights(path):
 
 def read_model_dir(path):
     """-> (config.json as a dict, the state dict) of a Hugging Face model directory."""
-    with open(os.path.join(path, "config.json")) as f:
-        return json.load(f), read_weights(path)
+    return json.loads(Path(path, "config.json").read_text()), read_weights(path)
 
 
 def write_model_dir(path, config, state_dict, vocab_file=None, do_lower_case=True):
     """A directory `transformers` loads: config.json, model.safetensors, and with a vocab_file
     vocab.txt and BertTokenizer's tokenizer_config.json."""
     os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+    Path(path, "config.json").write_text(json.dumps(config, indent=2))
     write_safetensors(os.path.join(path, "model.safetensors"), state_dict)
     if vocab_file is not None:
         shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
-        with open(os.path.join(path, "tokenizer_config.json"), "w") as f:  # BertTokenizer's special tokens
-            json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                       "model_max_length": config["max_position_embeddings"]}, f, indent=2)
+        Path(path, "tokenizer_config.json").write_text(json.dumps(  # BertTokenizer's special tokens
+            {"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+             "model_max_length": config["max_position_embeddings"]}, indent=2))
