@@ -170,7 +170,8 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
     path, what = _cache_path(parts, tokenizer, cache_dir), ", ".join(labels)
     tokens = token_cache.verified(path, tokenizer, say)
     if tokens is None:
-        fingerprints = token_cache.source_fingerprints(parts)  # taken before the text is read
+        fingerprints = [token_cache.file_fingerprint(part) if kind == "file" else {"hub": part}
+                        for kind, part in parts]  # taken before the text is read
         tokens = token_cache.build(path, _load(parts), fingerprints, tokenizer, num_proc,
                                    lambda line: say(f"data: {what}: {line}"))
     elif not quiet_reuse:

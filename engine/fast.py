@@ -25,9 +25,9 @@ class SampledCosines(torch.autograd.Function):
 
     Forward: the dots g[n] . keys[cols[n, j]] by the cheaper route (`sampled_dots`; chosen on the CPU
     by `similarity_route`, on a GPU by `measured_route`), divided by |g[n]|. Backward: with z = g / |g|,
-    u[n] = sum_j grad[n, j] keys[cols[n, j]] (an embedding_bag), s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
-        d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
-    two in-place passes over g where F.normalize's own backward takes about six.
+    u[n] = sum_j grad[n, j] keys[cols[n, j]] (an embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j]
+    out[n, j], d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|: two in-place passes over g where F.normalize's own
+    backward takes about six.
     """
 
     @staticmethod

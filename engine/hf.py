@@ -60,7 +60,8 @@ def load_hf_state_dict(model, state_dict):
     ForPreTraining's, ForSequenceClassification's) into `model`; returns the head weights left fresh.
     Every encoder weight must be there with the right shape; a head (MLM, pooler, classifier) missing
     from the checkpoint keeps its fresh initialisation, another task's is skipped."""
-    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v for k, v in state_dict.items()}
+    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
+          for k, v in state_dict.items()}
     ours = model.state_dict()
     used, missing, fresh, loaded = set(), [], [], {}
     for name, hf_names in _key_map(model):
@@ -77,8 +78,8 @@ def load_hf_state_dict(model, state_dict):
     if missing:
         raise ValueError(f"checkpoint is missing {len(missing)} weights: {', '.join(missing[:5])}"
                          f"{' ...' if len(missing) > 5 else ''}")
-    other_heads = tuple(p for p, head in (("cls.", "mlm"), ("bert.pooler.", "pooler"), ("classifier.", "classifier"))
-                        if not hasattr(model, head))  # heads it has not: skipped
+    heads = {"cls.": "mlm", "bert.pooler.": "pooler", "classifier.": "classifier"}
+    other_heads = tuple(p for p, head in heads.items() if not hasattr(model, head))  # heads it has not: skipped
     unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]
     if unexpected:
         raise ValueError(f"checkpoint has {len(unexpected)} unexpected weights: "

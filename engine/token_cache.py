@@ -66,8 +66,8 @@ def verified(path, tokenizer, say=None):
 
 def build(path, docs, sources, tokenizer, num_proc, say):
     """Tokenise `docs` (a datasets.Dataset, column "text") into `path` and its manifest, which records
-    `sources` (source_fingerprints) and, written last, is the commit; returns the array's memmap. `say`
-    gets the line saying what was read."""
+    `sources` (file_fingerprint's, or {"hub": name}) and, written last, is the commit; returns the
+    array's memmap. `say` gets the line saying what was read."""
     mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
     if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
         num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
@@ -186,14 +186,9 @@ def token_digest(tokens, chunk=1 << 20):
     return h.hexdigest(), top
 
 
-def source_fingerprints(parts):
-    """What the token cache is made from (corpus's parts): a local file by its content (sha256), size,
-    times and inode (ctime changes with every write and cannot be set back, unlike mtime), a hub source
-    by its name (a dataset and split on the hub)."""
-    return [file_fingerprint(what) if kind == "file" else {"hub": what} for kind, what in parts]
-
-
 def file_fingerprint(path):
+    """A source file as the manifest records it: by its content (sha256), size, times and inode (ctime
+    changes with every write and cannot be set back, unlike mtime)."""
     st, h = os.stat(path), hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

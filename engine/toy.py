@@ -216,7 +216,7 @@ def _generate_once(cache_dir, name, write, seed):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent, ignore_cleanup_errors=True) as tmp:
+        with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent) as tmp:
             write(Path(tmp), random.Random(seed))
             os.rename(tmp, final)
     except OSError as err:  # the temp folder is gone by now
@@ -252,4 +252,5 @@ def toy_pair_eval(cache_dir=None, seed=0, n=5000):
     number measured on them stay as they are. study.py scores fine-tuned models on them: 1,000 pairs
     leave a binomial spread of about 1.3 points on an accuracy near 80%."""
     write = lambda out, rng: (out / "dev.tsv").write_text(_pair_rows(_ToyGrammar(rng), n), encoding="utf-8")
-    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}", write, f"pair-eval-{seed}")
+    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}", write,
+                          f"pair-eval-{seed}")
