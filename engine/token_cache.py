@@ -145,10 +145,11 @@ def tokenize_parts(docs, tokenizer, dtype, parts):
                 raise DataError(f"a tokenising process ended with exit code {failed[0]} (killed: out of memory?); "
                                 f"try a lower --num_proc")
     finally:
-        for p in procs:
+        started = [p for p in procs if p.pid is not None]  # a failed fork leaves the rest unstarted
+        for p in started:
             if p.exitcode is None:
                 p.terminate()
-        for p in procs:
+        for p in started:
             p.join()
         bar.close()
 

@@ -63,6 +63,26 @@ def test_the_array_is_the_same_for_any_num_proc(toy_dir, tmp_path):
         Path(three.filename).stem + ".json", Path(three.filename).name]
 
 
+def test_a_fork_that_fails_is_its_own_error(small, tmp_path, monkeypatch):
+    """A second tokenising process that cannot be started: its OSError comes through (not an
+    AttributeError from ending a process that never started), and the first one is ended."""
+    import datasets
+    import multiprocessing
+    process = type(multiprocessing.get_context("fork").Process())
+    start, started = process.start, []
+
+    def start_one(self):
+        if started:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        start(self)
+        started.append(self)
+    monkeypatch.setattr(process, "start", start_one)
+    docs = datasets.Dataset.from_dict({"text": ["hello world"] * 100})
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        token_cache.tokenize_parts(docs, small, np.uint16, [tmp_path / f"{i}.part" for i in range(3)])
+    assert started[0].exitcode is not None
+
+
 def damage(path, how):
     """Damage a cached token array the ways a crash, a full disk or a person can."""
     tokens = np.load(path)
