@@ -1,9 +1,7 @@
-"""Where a run's text comes from, and its tokens once tokenised: hub datasets (Wikipedia, BookCorpus,
-WikiText-103), local text files and folders, the built-in toy corpus; tokenised once into one flat
-token array, cached and verified (token_cache.py builds and checks it).
-
-tools/prepare.py runs it ahead of a run (the paper's corpora take hours to tokenise).
-"""
+"""Where a run's text comes from: hub datasets (Wikipedia, BookCorpus, WikiText-103), local text files
+and folders, the built-in toy corpus; tokenised once into one flat token array that token_cache.py
+builds and verifies (docs/data.md). tools/prepare.py runs it ahead of a run (the paper's corpora take
+hours to tokenise)."""
 import hashlib
 import json
 import os
@@ -11,17 +9,14 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from engine import cli, token_cache
 from engine.cli import DataError, default_cache_dir
 from engine.toy import SPECIAL_TOKENS, toy_corpus
 
-# name -> (hub dataset id, config, split, text column, rows joined into one document).
-# All are data-only repos (Parquet or Arrow files) that load with datasets >= 3, unlike the
-# old script-based "bookcorpus" and "wikitext". SamuelYang/bookcorpus is an Arrow dump of
-# the original 74M rows: one sentence per row and no book boundaries, so runs of 100 rows
-# are joined into one pseudo-document rather than putting a [SEP] after every sentence.
+# name -> (hub dataset id, config, split, text column, rows joined into one document). All are data-only
+# repos (Parquet or Arrow) that load with datasets >= 3, unlike the old script-based "bookcorpus" and
+# "wikitext". SamuelYang/bookcorpus is an Arrow dump of the original 74M rows, one sentence per row and no
+# book boundaries: runs of 100 rows make one pseudo-document, rather than a [SEP] after every sentence.
 SOURCES = {
     "wikipedia": ("wikimedia/wikipedia", "20231101.en", "train", "text", 1),
     "bookcorpus": ("SamuelYang/bookcorpus", None, "train", "text", 100),
@@ -30,15 +25,10 @@ SOURCES = {
 }
 
 
-# ----------------------------------------------------------------------------- corpora
-
-_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
-
-
 def read_documents(path):
-    """Documents of a local text file: blank-line-separated paragraph groups, or one per
-    line if the file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the
-    tokenizer drops) with one warning per file; NUL bytes mean binary and are refused."""
+    """Documents of a local text file: blank-line-separated paragraph groups, or one per line if the
+    file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the tokenizer drops) with one
+    warning per file; NUL bytes mean binary and are refused."""
     raw = Path(cli.regular_file(path, "data file")).read_bytes()
     if b"\x00" in raw[:8192]:
         raise DataError(f"{path} looks binary (NUL bytes): pass UTF-8 text files")
@@ -46,32 +36,29 @@ def read_documents(path):
     bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # minus genuine U+FFFD
     if bad:
         print(f"warning: {path} is not UTF-8; {bad} bad byte sequence(s) dropped", file=sys.stderr)
-    docs = _BLANK_LINE.split(text) if _BLANK_LINE.search(text) else text.splitlines()
-    docs = [d.strip() for d in docs if d.strip()]
+    groups = re.split(r"\n[ \t\r]*\n", text)
+    docs = [d.strip() for d in (groups if len(groups) > 1 else text.splitlines()) if d.strip()]
     if not docs:
         raise DataError(f"{path} is empty: pass a file with text in it")
     return docs
 
 
 def looks_like_vocabulary(path, head=1 << 16):
-    """True if a text file reads as a WordPiece vocabulary rather than text: one token per line
-    (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces. Judged on
-    its first 64 KB."""
+    """Does a text file (its first 64 KB) read as a WordPiece vocabulary rather than text: one token per
+    line (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces?"""
     with open(path, "rb") as f:
         lines = f.read(head).decode("utf-8", errors="replace").splitlines()
     words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
     if len(words) < 5 or sum(len(w.split()) > 1 for w in words) > len(words) // 100:
         return False
-    specials = sum(w in SPECIAL_TOKENS for w in words)
-    pieces = sum(w.startswith("##") and len(w) > 2 for w in words)
-    return specials >= 2 or pieces >= len(words) // 20
+    return (sum(w in SPECIAL_TOKENS for w in words) >= 2
+            or sum(w.startswith("##") and len(w) > 2 for w in words) >= len(words) // 20)
 
 
 def _resolve(data_spec, cache_dir):
-    """'toy,wikipedia,notes.txt,dir/' -> (parts: ("file", Path) or ("hub", name), a label per part
-    of the spec for the summary line, warnings). A folder gives its own *.txt files, sorted (not its
-    subfolders, not hidden files), less those that look like a vocabulary (a vocab.txt beside the
-    text), skipped with a warning. A file named in --data is always read."""
+    """'toy,wikipedia,notes.txt,dir/' -> (parts: ("file", Path) or ("hub", name), a label per part of
+    the spec for the summary line, warnings). A folder gives its own *.txt files, sorted, less those
+    that look like a vocabulary (a vocab.txt beside the text); a file named in --data is always read."""
     parts, labels, warnings = [], [], []
     vocabulary = "like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), not text"
     for name in (s.strip() for s in str(data_spec).split(",") if s.strip()):
@@ -110,8 +97,8 @@ def _resolve(data_spec, cache_dir):
 
 
 def load_documents(data_spec, cache_dir=None):
-    """A datasets.Dataset with one "text" column, one document per row, of data_spec: a
-    comma-separated list of SOURCES names, text files and folders (read_documents and _resolve)."""
+    """A datasets.Dataset with one "text" column, one document per row, of data_spec: a comma-separated
+    list of SOURCES names, text files and folders."""
     return _load(_resolve(data_spec, cache_dir)[0])
 
 
@@ -138,9 +125,9 @@ def _load(parts):
 
 
 def unavailable(data_spec, cache_dir=None):
-    """Why data_spec cannot be loaded now, found without loading it (None if nothing is found):
-    a name that is no source, or hub sources out of reach (offline and not cached). Asked when
-    the vocabulary is missing too, so that one message names everything missing."""
+    """Why data_spec cannot be loaded now (a name that is no source, hub sources offline and not cached),
+    found without loading it, or None: asked when the vocabulary is missing too, so that one message
+    names everything missing."""
     try:
         parts = _resolve(data_spec, cache_dir)[0]
     except DataError as err:
@@ -157,8 +144,8 @@ def unavailable(data_spec, cache_dir=None):
 
 
 def token_cache_path(data_spec, tokenizer, cache_dir=None):
-    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local
-    file by path, size and mtime), the vocabulary and the array format."""
+    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local file by
+    path, size and mtime), the vocabulary and the array format."""
     return _cache_path(_resolve(data_spec, cache_dir)[0], tokenizer, cache_dir)
 
 
@@ -172,12 +159,10 @@ def _cache_path(parts, tokenizer, cache_dir):
 
 
 def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
-    """Tokenise every document once into one flat array, documents separated (and ended)
-    by [SEP]; cached as .npy (with a manifest, .json) under a key of what made it, verified
-    before every use (a damaged cache is rebuilt, with a warning), returned as a read-only
-    memmap. Warnings and a line saying what was read go to `say` (default: stderr); so does a
-    line naming the cache when it is reused, if `say` is given (a run's log; other scripts stay
-    quiet). Under DDP rank 0 builds it; the others wait for cached_tokens."""
+    """Every document tokenised once into one flat array, each ended by [SEP], as a read-only memmap of
+    the token cache (built, or verified and reused; a damaged one is rebuilt with a warning). Warnings
+    and what was read go to `say` (default: stderr), and so does a line naming a reused cache if `say`
+    is given (a run's log). Under DDP rank 0 builds it; the others wait for cached_tokens."""
     quiet_reuse, say = say is None, say or (lambda line: print(line, file=sys.stderr))
     parts, labels, warnings = _resolve(data_spec, cache_dir)
     for warning in warnings:
@@ -185,23 +170,23 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
     path, what = _cache_path(parts, tokenizer, cache_dir), ", ".join(labels)
     tokens = token_cache.verified(path, tokenizer, say)
     if tokens is None:
-        fingerprints = token_cache.source_fingerprints(parts)  # taken before the text is read
-        token_cache.build(path, _load(parts), fingerprints, tokenizer, num_proc,
-                          lambda line: say(f"data: {what}: {line}"))
-        tokens = np.load(path, mmap_mode="r")
+        fingerprints = [token_cache.file_fingerprint(part) if kind == "file" else {"hub": part}
+                        for kind, part in parts]  # taken before the text is read
+        tokens = token_cache.build(path, _load(parts), fingerprints, tokenizer, num_proc,
+                                   lambda line: say(f"data: {what}: {line}"))
     elif not quiet_reuse:
         say(f"data: {what}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
     return tokens
 
 
 def cached_tokens(data_spec, tokenizer, cache_dir=None):
-    """data_spec's cached token array if it verifies (token_cache.verified), else None; says nothing and
-    removes nothing (what DDP's other ranks wait for while rank 0 builds it)."""
+    """data_spec's cached token array if it verifies, else None, silently: what DDP's other ranks wait
+    for while rank 0 builds it."""
     return token_cache.verified(token_cache_path(data_spec, tokenizer, cache_dir), tokenizer)
 
 
 def tokens_sha256(data_spec, tokenizer, cache_dir=None):
-    """The checksum of data_spec's token array, from the manifest tokenize_corpus verified: what a
-    run trains on (runs.Run records it, so that --resume can refuse other data)."""
+    """The checksum of data_spec's token array, from the manifest tokenize_corpus verified (runs.Run
+    records it, so that --resume can refuse other data)."""
     manifest = token_cache_path(data_spec, tokenizer, cache_dir).with_suffix(".json")
     return json.loads(manifest.read_text())["sha256"]

@@ -1,19 +1,8 @@
-"""Speed equivalents: faster ways to compute what the plain code computes, kept apart from it.
-
-The reading path (taco.tc_loss, model.py's blocks) is the plain form. The training loops switch
-these on (taco.py and finetune.py by default; `--plain` or `--plain_tc` keep them off), and
-test_fast.py tests each against the plain form it replaces:
-
-    SampledCosines   taco.tc_loss's F.normalize + einsum over the (N, 1+K, H) gathered keys, in one
-                     step at linear cost, the normalisation folded into its backward
-    Dropout          nn.Dropout on CPU: 16-bit random integers instead of the serial Bernoulli
-                     sampler (~10% of a BERT-small CPU step)
-    attention        F.scaled_dot_product_attention with dropout on CPU, where SDPA has no fused
-                     kernel and its fallback adds scaling and masking passes and the serial sampler
-
-`speed_up(model)` puts Dropout and attention into a model; off the CPU, or without dropout, they
-hand over to the plain op, so installing them is always safe. `HostSyncs` counts, on any device,
-the operations that would make a GPU wait for the host (tests/test_taco.py, tools/bench.py).
+"""Speed equivalents of the plain code, kept apart from it and each tested equal to the form it replaces
+(test_fast.py): `SampledCosines`, tc_loss's F.normalize + einsum at linear cost; `Dropout` and `attention`,
+CPU dropout without the serial Bernoulli sampler, put into a model by `speed_up` (off the CPU, or without
+dropout, they hand over to the plain op). The training loops switch them on (`--plain`, `--plain_tc` keep
+them off). `HostSyncs` counts the operations that would make a GPU wait for the host.
 """
 import collections
 import os
@@ -30,19 +19,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # ----------------------------------------------------------------------------- the TC cosines
 
 class SampledCosines(torch.autograd.Function):
-    """out[n, j] = cos(g[n], keys[cols[n, j]]) for unit-length keys, with a gradient to `g` only:
-    tc_loss's F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the
-    einsum's (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256),
-    which it writes, reads back and keeps for the backward.
+    """out[n, j] = cos(g[n], keys[cols[n, j]]) for unit-length, detached keys, with a gradient to g:
+    tc_loss's F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the einsum's
+    (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256).
 
-    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper of two routes (`sampled_dots`): the
-    sampled entries of g @ keys.T alone (a sampled dense-dense product), or the whole product, a
-    chunk of anchors at a time, then a pick; divided by |g[n]|. On the CPU the route follows
-    from the shapes (`similarity_route`), on a GPU from a measurement at first use (`measured_route`). Backward: with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an
-    embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
-        d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|,
-    two in-place passes over g where F.normalize's own backward takes about six. Equal to the
-    plain form to float rounding (test_fast.py); keys must be detached.
+    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper route (`sampled_dots`; chosen on the CPU
+    by `similarity_route`, on a GPU by `measured_route`), divided by |g[n]|. Backward: with z = g / |g|,
+    u[n] = sum_j grad[n, j] keys[cols[n, j]] (an embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j]
+    out[n, j], d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|: two in-place passes over g where F.normalize's own
+    backward takes about six.
     """
 
     @staticmethod
@@ -67,9 +52,9 @@ class SampledCosines(torch.autograd.Function):
 
 
 def sampled_dots(route, g, keys, cols):
-    """(n, j): g[n] . keys[cols[n, j]] by `route`: "product", the whole g @ keys.T a chunk of
-    anchors at a time (<= 1M dots, 4 MB, per chunk), then a pick; or "sampled", only the sampled
-    entries (torch.sparse.sampled_addmm). The same numbers, to float rounding."""
+    """(n, j): g[n] . keys[cols[n, j]] by `route`: "product", the whole g @ keys.T a chunk of anchors
+    at a time (<= 1M dots per chunk), then a pick; or "sampled", only the sampled entries
+    (torch.sparse.sampled_addmm). The same numbers, to float rounding."""
     n, j = cols.shape
     if route == "product":
         step = max(1, 2 ** 20 // len(keys))
@@ -81,12 +66,12 @@ def sampled_dots(route, g, keys, cols):
         return torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
 
 
-ROUTES = {}  # (device, dtype, n, m, j, h) -> the route measured faster there
+ROUTES = {}  # (device, dtype, n, j, m, h) -> the route measured faster there
 
 
 def measured_route(g, keys, cols, repeats=3):
-    """The faster route for these shapes on g's device, timed once at their first use (a few
-    milliseconds; then looked up): on a GPU the two routes' speeds are not the CPU's ratio."""
+    """The faster route for these shapes on g's device, timed once at their first use (a warm-up and
+    `repeats` calls each, a few milliseconds), then looked up: a GPU's ratio of the two is not the CPU's."""
     key = (str(g.device), g.dtype, *cols.shape, *keys.shape)
     if key not in ROUTES:
         sync = getattr(torch, g.device.type).synchronize if not g.is_cpu else lambda: None
@@ -107,10 +92,9 @@ PRODUCT_SPEEDUP = 16  # on the CPU a matrix product does ~this many times more m
 
 
 def similarity_route(n, m, j, h):
-    """The forward route of SampledCosines for n anchors, m keys, j sampled keys per anchor and
-    width h, and the multiply-adds of forward + backward. "product" (n x m, then pick) costs
-    n m h and "sampled" (sampled_addmm) n j h, but the product runs PRODUCT_SPEEDUP times faster
-    per multiply-add, so it wins while m <= PRODUCT_SPEEDUP * j. The backward is n j h either way."""
+    """(route, multiply-adds of forward + backward) of SampledCosines on the CPU for n anchors, m keys,
+    j sampled keys per anchor, width h: "product" costs n m h, "sampled" n j h, but the product runs
+    PRODUCT_SPEEDUP times faster per multiply-add, so it wins while m <= PRODUCT_SPEEDUP * j."""
     if m <= PRODUCT_SPEEDUP * j:
         return "product", n * m * h + n * j * h
     return "sampled", 2 * n * j * h
@@ -121,11 +105,10 @@ def similarity_route(n, m, j, h):
 def dropout(x, p, training):
     """BERT's dropout: zero each element with probability p, scale the others by 1 / (1 - p).
 
-    On CPU, F.dropout draws from a serial Bernoulli sampler that takes ~10% of a BERT-small
-    step. Here one 64-bit draw is split into four 16-bit integers, each compared with
-    p * 2^16: P(zero) is p rounded to a multiple of 2^-16 (0.1 -> 0.1000061), and the kept
-    elements are scaled by the exact inverse of the keep rate, so E[output] = x. About 3x
-    faster than F.dropout (2M elements, 2 threads). On GPU F.dropout is one fused kernel: kept.
+    On CPU F.dropout's serial Bernoulli sampler takes ~10% of a BERT-small step; here one 64-bit draw
+    gives four 16-bit integers, each compared with p * 2^16: P(zero) is p rounded to a multiple of 2^-16
+    (0.1 -> 0.1000061), the kept elements scaled by the exact inverse of the keep rate, so E[output] = x.
+    About 3x faster (2M elements, 2 threads). On GPU F.dropout is one fused kernel: kept.
     """
     drop = round(p * 2 ** 16)  # drop the 16-bit values below this threshold
     if not (training and 0 < drop < 2 ** 16 and x.device.type == "cpu"):
@@ -137,16 +120,13 @@ def dropout(x, p, training):
 
 
 class Dropout(nn.Dropout):
-    """nn.Dropout through `dropout` above."""
-
     def forward(self, x):
         return dropout(x, self.p, self.training)
 
 
 def attention(q, k, v, attn_mask=None, dropout_p=0.0):
-    """F.scaled_dot_product_attention's softmax(q k^T / sqrt(hs)) v over the keys that `attn_mask`
-    allows (True = may attend), with dropout on the attention weights: SDPA itself, or its steps
-    written out for CPU fp32 training."""
+    """F.scaled_dot_product_attention (attn_mask True = may attend), its steps written out for CPU fp32
+    training with dropout, where SDPA's fallback adds scaling and masking passes and the serial sampler."""
     if not (dropout_p > 0 and q.is_cpu and q.dtype == torch.float32):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
     att = (q * q.size(-1) ** -0.5) @ k.transpose(-2, -1)  # (B, nh, T, T)
@@ -156,9 +136,8 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0):
 
 
 def speed_up(model):
-    """Put the CPU equivalents into `model` (in place; returns it): every nn.Dropout becomes
-    `Dropout`, every attention (model.SelfAttention: a module with an `attend`) computes its core by
-    `attention`. Weights are untouched."""
+    """`model` (changed in place, weights untouched) with every nn.Dropout a `Dropout` and every
+    attention (model.SelfAttention: a module with an `attend`) computing its core by `attention`."""
     for module in list(model.modules()):
         for name, child in module.named_children():
             if type(child) is nn.Dropout:
@@ -177,25 +156,24 @@ BOOL_INDEXED = {"index", "index_put", "index_put_", "_index_put_impl_"}  # a boo
 
 
 class HostSyncs(TorchDispatchMode):
-    """Counts the operations that make a GPU wait for the host (an output whose size or value the
-    host needs: nonzero, item, boolean-mask indexing forward and backward, unique, ...) by where in
-    the repository they come from: `counts` maps "file:function (op)" (the innermost frame of
-    ours; "backward" for autograd's) to a number. Operations on CPU tensors count too (a CPU run
-    stands in for a GPU one), except under the functions named in `host_side`, which run on the
-    host by design (taco.py's masked_batch: the batch is masked on the CPU, then moved)."""
+    """Counts the operations that make a GPU wait for the host (nonzero, item, boolean-mask indexing
+    forward and backward, unique, ...): `counts` maps "file:function (op)", the innermost frame in the
+    repository ("backward" for autograd's), to a number. CPU tensors count too (a CPU run stands in for
+    a GPU one), except under the functions named in `host_side`, which run on the host by design
+    (taco.py's masked_batch: the batch is masked on the CPU, then moved)."""
 
     def __init__(self, host_side=("masked_batch",)):
         super().__init__()
         self.counts, self.host_side = collections.Counter(), set(host_side)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = func.overloadpacket.__name__
+        kwargs, name = kwargs or {}, func.overloadpacket.__name__
         to_host = (name == "_to_copy" and not args[0].is_cpu and str(kwargs.get("device")) == "cpu"
                    or name == "copy_" and args[0].is_cpu and not args[1].is_cpu)  # .tolist(), .cpu() of a GPU tensor
-        if (name in SYNCING or to_host or name == "repeat_interleave" and kwargs.get("output_size") is None
-                or name in BOOL_INDEXED and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
-                                                for t in (args[1] if len(args) > 1 else ()) if t is not None)):
+        bool_index = name in BOOL_INDEXED and any(isinstance(t, torch.Tensor) and t.dtype == torch.bool
+                                                  for t in (args[1] if len(args) > 1 else ()))
+        unsized = name == "repeat_interleave" and kwargs.get("output_size") is None
+        if name in SYNCING or to_host or bool_index or unsized:
             on_gpu = any(isinstance(a, torch.Tensor) and not a.is_cpu for a in args)
             if label := where(name, () if on_gpu else self.host_side):
                 self.counts[label] += 1
@@ -203,8 +181,8 @@ class HostSyncs(TorchDispatchMode):
 
 
 def where(name, host_side=()):
-    """"file:function (op)" of the innermost frame in the repository that is not this file; None
-    under a function named in host_side."""
+    """"file:function (op)" of the innermost frame in the repository outside this file; None under a
+    function named in host_side."""
     frame, backward, label = sys._getframe(2), False, None
     while frame is not None:
         path = frame.f_code.co_filename

@@ -1,11 +1,11 @@
-"""Hugging Face's file formats, without the `transformers` package: the key map between our
-parameter names and BERT's (`to_hf_state_dict`, `load_hf_state_dict`, public in model.py), and
-the weight files of a model directory (model.safetensors by a small reader and writer of its
-documented format, or pytorch_model.bin). model.py's from_pretrained / save_pretrained call these.
-"""
+"""Hugging Face's file formats, without the `transformers` package: the key map between our parameter
+names and BERT's (`to_hf_state_dict`, `load_hf_state_dict`, public in model.py) and the weight files of
+a model directory (model.safetensors by a small reader and writer of its documented format, or
+pytorch_model.bin), for model.py's from_pretrained / save_pretrained."""
 import json
 import os
 import shutil
+from pathlib import Path
 
 import torch
 
@@ -56,13 +56,10 @@ def to_hf_state_dict(model):
 
 
 def load_hf_state_dict(model, state_dict):
-    """Copy a Hugging Face BERT state dict into `model`; returns the head weights left fresh.
-
-    Accepts BertModel checkpoints (keys without "bert.", e.g. sentence encoders) as well as
-    BertForMaskedLM / BertForPreTraining / BertForSequenceClassification ones. Every
-    encoder weight must be present with the right shape; a head (MLM, pooler, classifier)
-    missing from the checkpoint keeps its fresh initialisation and is reported; another task's is skipped.
-    """
+    """Copy a Hugging Face BERT state dict (BertModel's, without "bert.", or BertForMaskedLM's,
+    ForPreTraining's, ForSequenceClassification's) into `model`; returns the head weights left fresh.
+    Every encoder weight must be there with the right shape; a head (MLM, pooler, classifier) missing
+    from the checkpoint keeps its fresh initialisation, another task's is skipped."""
     sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
           for k, v in state_dict.items()}
     ours = model.state_dict()
@@ -81,15 +78,13 @@ def load_hf_state_dict(model, state_dict):
     if missing:
         raise ValueError(f"checkpoint is missing {len(missing)} weights: {', '.join(missing[:5])}"
                          f"{' ...' if len(missing) > 5 else ''}")
-    other_heads = tuple(p for p, has in (("cls.", hasattr(model, "mlm")), ("bert.pooler.", hasattr(model, "pooler")),
-                                         ("classifier.", hasattr(model, "classifier"))) if not has)
-    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]  # heads it has not: skipped
+    heads = {"cls.": "mlm", "bert.pooler.": "pooler", "classifier.": "classifier"}
+    other_heads = tuple(p for p, head in heads.items() if not hasattr(model, head))  # heads it has not: skipped
+    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]
     if unexpected:
         raise ValueError(f"checkpoint has {len(unexpected)} unexpected weights: "
                          f"{', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
-    with torch.no_grad():
-        for name, t in loaded.items():
-            ours[name].copy_(t)
+    model.load_state_dict(loaded, strict=False)  # the rest of its state as it is
     return fresh
 
 
@@ -104,15 +99,14 @@ _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
+    data = Path(path).read_bytes()
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + n])
     header.pop("__metadata__", None)
     out = {}
     for name, info in header.items():
         begin, end = info["data_offsets"]
-        raw = bytearray(data[8 + n + begin:8 + n + end])  # writable copy for frombuffer
+        raw = bytearray(data[8 + n + begin:8 + n + end])  # writable copy for frombuffer (which refuses b"")
         t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
         out[name] = t.view(_ST_DTYPES[info["dtype"]]).reshape(info["shape"])
     return out
@@ -138,29 +132,26 @@ def write_safetensors(path, tensors):
 
 def read_weights(path):
     """The state dict in a Hugging Face directory: model.safetensors or pytorch_model.bin."""
-    st, pt = os.path.join(path, "model.safetensors"), os.path.join(path, "pytorch_model.bin")
-    if os.path.exists(st):
+    if os.path.exists(st := os.path.join(path, "model.safetensors")):
         return read_safetensors(st)
-    if os.path.exists(pt):
+    if os.path.exists(pt := os.path.join(path, "pytorch_model.bin")):
         return torch.load(pt, map_location="cpu", weights_only=True)
     raise FileNotFoundError(f"{path} holds neither model.safetensors nor pytorch_model.bin")
 
 
 def read_model_dir(path):
     """-> (config.json as a dict, the state dict) of a Hugging Face model directory."""
-    with open(os.path.join(path, "config.json")) as f:
-        return json.load(f), read_weights(path)
+    return json.loads(Path(path, "config.json").read_text()), read_weights(path)
 
 
 def write_model_dir(path, config, state_dict, vocab_file=None, do_lower_case=True):
     """A directory `transformers` loads: config.json, model.safetensors, and with a vocab_file
     vocab.txt and BertTokenizer's tokenizer_config.json."""
     os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+    Path(path, "config.json").write_text(json.dumps(config, indent=2))
     write_safetensors(os.path.join(path, "model.safetensors"), state_dict)
     if vocab_file is not None:
         shutil.copyfile(vocab_file, os.path.join(path, "vocab.txt"))
-        with open(os.path.join(path, "tokenizer_config.json"), "w") as f:  # BertTokenizer's special tokens
-            json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                       "model_max_length": config["max_position_embeddings"]}, f, indent=2)
+        Path(path, "tokenizer_config.json").write_text(json.dumps(  # BertTokenizer's special tokens
+            {"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+             "model_max_length": config["max_position_embeddings"]}, indent=2))

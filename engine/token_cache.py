@@ -1,10 +1,10 @@
-"""The token cache: a corpus tokenised once into one flat array of ids (uint16 for vocabularies
-up to 65,535), documents ended by [SEP], kept as .npy with a manifest (.json: length, dtype,
-sha256, largest id, the sources' fingerprints) and verified before every use. data.py decides
-where a corpus's cache lives and reads the documents; this module builds and checks the array.
+"""The token cache: a corpus tokenised once into one flat array of ids (uint16 for vocabularies up to
+65,535), documents ended by [SEP], kept as .npy with a manifest (.json: length, dtype, sha256, largest
+id, the sources' fingerprints) and verified before every use. corpus.py decides where a corpus's cache
+lives and reads the documents; this module builds and checks the array (docs/data.md).
 
-Tokenising runs in plain forked processes, each writing its contiguous share of the documents to
-a part file; a stop (an error, Ctrl-C, SIGTERM) ends every one of them and leaves no file behind.
+Tokenising runs in plain forked processes, each writing its contiguous share of the documents to a part
+file; a stop (an error, Ctrl-C, SIGTERM) ends every one of them and leaves no file behind.
 """
 import errno
 import hashlib
@@ -26,13 +26,12 @@ FORMAT = 2  # bump when the layout changes (2: with a manifest)
 
 
 def verified(path, tokenizer, say=None):
-    """The token array at `path`, verified (its manifest's length, dtype, sha256 and largest id,
-    and the content of its sources), as a read-only memmap; None if there is none or it cannot be
-    used (with `say`, a warning saying why: it is then removed, to be rebuilt)."""
+    """The token array at `path` as a read-only memmap if it agrees with its manifest (length, dtype,
+    sha256, largest id) and its sources are unchanged; else None (with `say`, after a warning saying
+    why: it is then removed, to be rebuilt)."""
     manifest = path.with_suffix(".json")
     if not (path.exists() or manifest.exists()):
         return None
-    tokens, reason = None, None
     try:
         m = json.loads(Path(cli.regular_file(manifest, "manifest")).read_text())
         tokens = np.load(cli.regular_file(path, "array"), mmap_mode="r")  # never a FIFO: it would block
@@ -48,12 +47,12 @@ def verified(path, tokenizer, say=None):
             reason = "its checksum differs from its manifest's (overwritten or corrupted)"
         elif m["max_id"] >= tokenizer.vocab_size:
             reason = f"it holds id {m['max_id']}, outside the vocabulary of {tokenizer.vocab_size}"
+        else:
+            return tokens
     except cli.UsageError as err:  # missing, a folder, a FIFO, ...
         reason = f"its {err}"
     except (OSError, ValueError, EOFError, TypeError, KeyError) as err:  # an empty, cut or foreign file
         reason = f"it cannot be read ({type(err).__name__}: empty, cut short or not an array)"
-    if reason is None:
-        return tokens
     if say:
         try:
             manifest.unlink(missing_ok=True)  # first: no other process may take it as valid meanwhile
@@ -66,10 +65,9 @@ def verified(path, tokenizer, say=None):
 
 
 def build(path, docs, sources, tokenizer, num_proc, say):
-    """Tokenise `docs` (a datasets.Dataset, column "text") into `path` and write its manifest, with
-    `sources` (source_fingerprints of what the documents were read from): the commit, a cache counts
-    only once its manifest exists. `say` gets the line saying what was read. A full disk is one
-    line: fallocate reserves the array's space before it is written (no SIGBUS mid-copy)."""
+    """Tokenise `docs` (a datasets.Dataset, column "text") into `path` and its manifest, which records
+    `sources` (file_fingerprint's, or {"hub": name}) and, written last, is the commit; returns the
+    array's memmap. `say` gets the line saying what was read."""
     mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
     if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
         num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
@@ -87,8 +85,7 @@ def build(path, docs, sources, tokenizer, num_proc, say):
         with open(tmp, "wb") as f:  # the parts one after the other, by plain writes: never all in memory
             np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype),
                                                      "fortran_order": False, "shape": (total,)})
-            if total:
-                os.posix_fallocate(f.fileno(), 0, f.tell() + total * dtype.itemsize)
+            os.posix_fallocate(f.fileno(), 0, f.tell() + total * dtype.itemsize)  # no SIGBUS mid-copy
             for part in shares:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, f, 1 << 24)
@@ -100,7 +97,7 @@ def build(path, docs, sources, tokenizer, num_proc, say):
     except OSError as err:
         if not cli.disk_full(err):
             raise
-        for f in [path, tmp] + shares:  # an array without its manifest would only take space
+        for f in [path, tmp] + shares:  # before DiskFull measures the space left
             f.unlink(missing_ok=True)
         raise cli.DiskFull(path.parent, 128 + (total or len(docs) * 64) * dtype.itemsize, "the token cache",
                            " (or point $TACO_CACHE / --cache_dir at a disk with room)") from None
@@ -110,23 +107,31 @@ def build(path, docs, sources, tokenizer, num_proc, say):
     say(f"{len(docs):,} documents, {mb:,.1f} MB of text, tokenized into {total:,} tokens in {secs:,.1f} s: "
         f"{mb / secs:.2f} MB/s with {num_proc} process{'es' if num_proc > 1 else ''} "
         f"({mb / secs / num_proc:.2f} MB/s each); cached in {path}")
+    return np.load(path, mmap_mode="r")
 
 
 def tokenize_parts(docs, tokenizer, dtype, parts):
-    """The documents' ids, each ended by [SEP], into the files `parts` in order: part i holds the
-    i-th contiguous share of the documents, tokenised by its own process (forked; with one part,
-    this one). Not a pool: a stop terminates and joins every one of them."""
+    """The documents' ids, each ended by [SEP], into the files `parts` in order: part i holds the i-th
+    contiguous share of the documents, tokenised by its own forked process (with one part, by this
+    one). Not a pool: a stop terminates and joins every one of them."""
     bounds = [len(docs) * i // len(parts) for i in range(len(parts) + 1)]
     bar = tqdm(total=len(docs), desc="tokenizing", unit=" documents", dynamic_ncols=True)
     if len(parts) == 1:
         with bar:
-            _tokenize_part(docs, 0, len(docs), tokenizer, dtype, parts[0], bar.update)
-        return
+            return _tokenize_part(docs, 0, len(docs), tokenizer, dtype, parts[0], bar.update)
     ctx = multiprocessing.get_context("fork")
     done = [ctx.RawValue("q", 0) for _ in parts]  # documents done, per process (one writer each)
-    procs = [ctx.Process(target=_tokenize_worker, daemon=True,
-                         args=(docs, bounds[i], bounds[i + 1], tokenizer, dtype, parts[i], done[i]))
-             for i in range(len(parts))]
+
+    def work(i):
+        try:
+            _tokenize_part(docs, bounds[i], bounds[i + 1], tokenizer, dtype, parts[i],
+                           lambda n: setattr(done[i], "value", done[i].value + n))
+        except OSError as err:
+            if cli.disk_full(err):
+                os._exit(errno.ENOSPC)  # the parent says it, in one line
+            raise
+
+    procs = [ctx.Process(target=work, args=(i,), daemon=True) for i in range(len(parts))]
     try:
         for p in procs:
             p.start()
@@ -140,21 +145,13 @@ def tokenize_parts(docs, tokenizer, dtype, parts):
                 raise DataError(f"a tokenising process ended with exit code {failed[0]} (killed: out of memory?); "
                                 f"try a lower --num_proc")
     finally:
-        for p in procs:
+        started = [p for p in procs if p.pid is not None]  # a failed fork leaves the rest unstarted
+        for p in started:
             if p.exitcode is None:
                 p.terminate()
-        for p in procs:
+        for p in started:
             p.join()
         bar.close()
-
-
-def _tokenize_worker(docs, start, end, tokenizer, dtype, part, done):
-    try:
-        _tokenize_part(docs, start, end, tokenizer, dtype, part, lambda n: setattr(done, "value", done.value + n))
-    except OSError as err:
-        if cli.disk_full(err):
-            os._exit(errno.ENOSPC)  # the parent says it, in one line
-        raise
 
 
 def _tokenize_part(docs, start, end, tokenizer, dtype, part, progress, batch=1000):
@@ -164,9 +161,9 @@ def _tokenize_part(docs, start, end, tokenizer, dtype, part, progress, batch=100
             texts = docs[i:min(i + batch, end)]["text"]
             ids = []
             for text in texts:
-                x = tokenizer.encode(text)
                 # Text that spells "[CLS]" or "[SEP]" (say, an article about BERT) must not inject
                 # control tokens; an empty document adds nothing rather than a lone [SEP].
+                x = tokenizer.encode(text)
                 x = [t for t in x if t not in control] if "[" in text else x
                 ids += x + [sep] if x else x
             f.write(np.asarray(ids, dtype).tobytes())
@@ -190,14 +187,9 @@ def token_digest(tokens, chunk=1 << 20):
     return h.hexdigest(), top
 
 
-def source_fingerprints(parts):
-    """What the token cache is made from (_resolve's parts): a local file by its content (sha256),
-    size, times and inode (ctime changes with every write and cannot be set back, unlike mtime), a
-    hub source by its name (a dataset and split on the hub)."""
-    return [file_fingerprint(what) if kind == "file" else {"hub": what} for kind, what in parts]
-
-
 def file_fingerprint(path):
+    """A source file as the manifest records it: by its content (sha256), size, times and inode (ctime
+    changes with every write and cannot be set back, unlike mtime)."""
     st, h = os.stat(path), hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -207,16 +199,14 @@ def file_fingerprint(path):
 
 
 def _source_changed(recorded):
-    """The first recorded source file whose content differs now, or None. A file whose size,
-    times and inode are unchanged has not been written since; else its content is compared."""
-    for old in recorded:
-        if "file" not in old:
-            continue
+    """The first recorded source file whose content differs now, or None. A file whose size, times
+    and inode are unchanged has not been written since; else its content is compared."""
+    for old in (source for source in recorded if "file" in source):
         try:
             st = os.stat(old["file"])
-            same = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) == (
-                old["size"], old["mtime_ns"], old["ctime_ns"], old["inode"])
-            if not same and file_fingerprint(old["file"])["sha256"] != old["sha256"]:
+            if ((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != (
+                    old["size"], old["mtime_ns"], old["ctime_ns"], old["inode"])
+                    and file_fingerprint(old["file"])["sha256"] != old["sha256"]):
                 return old["file"]
         except OSError:
             return old["file"]

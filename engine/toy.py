@@ -1,28 +1,22 @@
-"""The built-in offline toy corpus: a small grammar over ten topics, its WordPiece vocabulary,
-and its evaluation sets (the labelled pair task, word similarity, retrieval, STS).
+"""The built-in offline toy corpus: a small grammar over ten topics, its WordPiece vocabulary and its
+evaluation sets, each generated once per seed into the cache folder ($TACO_CACHE), published atomically.
 
-    toy_corpus()          # folder: vocab.txt, train.txt, glue/{train,dev,test}.tsv, wordsim.txt
-    toy_sentence_eval()   # folder: retrieval/ (BEIR layout), sts.tsv
-
-Each is generated once per seed into the cache folder ($TACO_CACHE) and published atomically.
+Documents have GLOBAL semantics (one latent topic per document picks most content words) and LOCAL
+structure (a small grammar with number agreement, tense, relative clauses). Hyphens mark WordPiece
+pieces: "light-house" is in the vocab as "light" + "##house"; inflected forms ("rabbits", "chased")
+are stem + "##s"/"##es"/"##d"/"##ed".
 """
 import json
 import os
 import random
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
 from engine import cli
 from engine.cli import default_cache_dir
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # BERT's, first in every vocab.txt (data.py reads them)
 
-# Documents have GLOBAL semantics (one latent topic per document picks most content words)
-# and LOCAL structure (a small grammar with number agreement, tense, relative clauses).
-# Hyphens mark WordPiece pieces: "light-house" is in the vocab as "light" + "##house";
-# inflected forms ("rabbits", "chased") are stem + "##s"/"##es"/"##d"/"##ed".
-
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # BERT's, first in every vocab.txt
 TOY_VERSION = 1  # bump when the generator's output changes
 TOPICS = {  # topic -> (nouns, verbs, adjectives)
     "farm": ("dog horse cow goat rabbit duck pig hen barn field fence farmer tractor meadow bucket mub-ble-wort",
@@ -91,14 +85,11 @@ class _ToyGrammar:
         return self.rng.choice(self.lex[self.rng.choice(list(TOPICS))][pos])
 
     def noun_phrase(self, topic, plural):
-        rng = self.rng
         noun = self.content(topic, 0)
-        words = [self.content(topic, 2)] if rng.random() < 0.4 else []
+        words = [self.content(topic, 2)] if self.rng.random() < 0.4 else []
         words.append(_inflect(noun, "s") if plural else noun)
-        det = rng.choice(DETERMINERS[plural].split())
-        if det == "a" and words[0][0] in "aeiou":
-            det = "an"
-        return [det] + words
+        det = self.rng.choice(DETERMINERS[plural].split())
+        return ["an" if det == "a" and words[0][0] in "aeiou" else det] + words
 
     def verb(self, topic, plural, past):  # agrees with its subject in the present tense
         verb = self.content(topic, 1)
@@ -114,8 +105,7 @@ class _ToyGrammar:
             copula = ("was", "were") if past else ("is", "are")
             words = subject + [copula[plural], self.content(topic, 2)]
         else:
-            words = subject + [self.verb(topic, plural, past)]
-            words += self.noun_phrase(topic, rng.random() < 0.5)
+            words = subject + [self.verb(topic, plural, past)] + self.noun_phrase(topic, rng.random() < 0.5)
         if rng.random() < 0.5:
             words += [rng.choice(PREPOSITIONS)] + self.noun_phrase(topic, rng.random() < 0.5)
         return words
@@ -148,12 +138,9 @@ def _toy_vocab():
     chars = [chr(c) for c in range(33, 127) if not chr(c).isupper()]
     tokens = list(SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(5)] + chars
     tokens += ["##" + c for c in chars if c.isalnum()] + ["##es", "##ed"]
-    words, pieces = set(FUNCTION_WORDS + PREPOSITIONS + OPENERS), set()
-    for pos_lists in list(TOPICS.values()) + [COMMON] + [DETERMINERS]:
-        for word in " ".join(pos_lists).split():
-            first, *rest = word.split("-")
-            words.add(first)
-            pieces.update("##" + p for p in rest)
+    split = [w.split("-") for pos in [*TOPICS.values(), COMMON, DETERMINERS] for w in " ".join(pos).split()]
+    words = {first for first, *_ in split} | set(FUNCTION_WORDS + PREPOSITIONS + OPENERS)
+    pieces = {"##" + p for _, *rest in split for p in rest}
     return list(dict.fromkeys(tokens + sorted(words) + sorted(pieces)))
 
 
@@ -162,7 +149,6 @@ def _write_toy(out, rng, n_docs=3000, n_pairs=(4000, 1000, 1000), n_sim=200):
     (out / "vocab.txt").write_text("\n".join(_toy_vocab()) + "\n", encoding="utf-8")
     docs = ("\n".join(grammar.document(6, 15)[1]) for _ in range(n_docs))
     (out / "train.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    # Labelled pairs: 1 = both sentences come from documents of the same topic.
     (out / "glue").mkdir()
     for split, n in zip(("train", "dev", "test"), n_pairs):
         (out / "glue" / f"{split}.tsv").write_text(_pair_rows(grammar, n, split == "test"), encoding="utf-8")
@@ -180,7 +166,7 @@ def _write_toy(out, rng, n_docs=3000, n_pairs=(4000, 1000, 1000), n_sim=200):
 
 
 def _pair_rows(grammar, n, test=False):
-    """The pair task's TSV: n pairs, half labelled 1 (both sentences about one topic), in random order."""
+    """The pair task's TSV: n pairs in random order, half labelled 1 (both sentences about one topic)."""
     rng, topics = grammar.rng, list(TOPICS)
     labels = [i % 2 for i in range(n)]
     rng.shuffle(labels)
@@ -191,40 +177,6 @@ def _pair_rows(grammar, n, test=False):
         s1, s2 = (grammar.sentence(t, rng.random() < 0.3) for t in (t1, t2))
         rows.append(f"{i}\t{s1}\t{s2}" if test else f"{s1}\t{s2}\t{label}")
     return "\n".join(rows) + "\n"
-
-
-def toy_corpus(cache_dir=None, seed=0):
-    """Directory with vocab.txt, train.txt, glue/{train,dev,test}.tsv and wordsim.txt, generated
-    once per (seed, TOY_VERSION) and published atomically (temp dir + rename)."""
-    return _generate_once(cache_dir, f"toy-v{TOY_VERSION}-seed{seed}", lambda tmp: _write_toy(tmp, random.Random(seed)))
-
-
-def is_toy_vocab(path, cache_dir=None):
-    """Is `path` the toy corpus's vocabulary (551 words; a real model's has tens of thousands)?"""
-    return (os.path.isfile(path) and os.path.getsize(path) < 65536
-            and Path(path).read_bytes() == (toy_corpus(cache_dir) / "vocab.txt").read_bytes())
-
-
-def _generate_once(cache_dir, name, write):
-    """The folder `name` of the cache, filled by write(folder) the first time: in a temp folder
-    beside it, then renamed into place, so a reader never sees half of it."""
-    final = Path(cache_dir or default_cache_dir()) / name
-    if final.is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        write(tmp)
-        os.rename(tmp, final)
-    except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if cli.disk_full(err):  # one line naming the folder (after the temp folder went)
-            raise cli.DiskFull(final.parent, None, final.name) from None
-        if not final.is_dir():  # a concurrent process that won the race is fine
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
@@ -256,19 +208,49 @@ def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
     (out / "sts.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
+def _generate_once(cache_dir, name, write, seed):
+    """The folder `name` of the cache, filled by write(folder, random.Random(seed)) the first time: in a
+    temp folder beside it, then renamed into place, so a reader never sees half of it."""
+    final = Path(cache_dir or default_cache_dir()) / name
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent) as tmp:
+            write(Path(tmp), random.Random(seed))
+            os.rename(tmp, final)
+    except OSError as err:  # the temp folder is gone by now
+        if cli.disk_full(err):
+            raise cli.DiskFull(final.parent, None, name) from None
+        if not final.is_dir():  # a concurrent process that won the race is fine
+            raise
+    return final
+
+
+def toy_corpus(cache_dir=None, seed=0):
+    """Folder with vocab.txt, train.txt, glue/{train,dev,test}.tsv (the labelled pair task: 1 = both
+    sentences about one topic) and wordsim.txt, generated once per (seed, TOY_VERSION)."""
+    return _generate_once(cache_dir, f"toy-v{TOY_VERSION}-seed{seed}", _write_toy, seed)
+
+
+def is_toy_vocab(path, cache_dir=None):
+    """Is `path` the toy corpus's vocabulary (551 words; a real model's has tens of thousands)?"""
+    return (os.path.isfile(path) and os.path.getsize(path) < 65536
+            and Path(path).read_bytes() == (toy_corpus(cache_dir) / "vocab.txt").read_bytes())
+
+
 def toy_sentence_eval(cache_dir=None, seed=0):
-    """Directory with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and
-    sts.tsv (sentence1, sentence2, score), generated from the toy grammar with a random stream of
-    its own (the toy corpus and its numbers are untouched), published atomically."""
-    return _generate_once(cache_dir, f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}",
-                          lambda tmp: _write_toy_sentence_eval(tmp, random.Random(f"sentence-eval-{seed}")))
+    """Folder with retrieval/{corpus.jsonl, queries.jsonl, qrels/test.tsv} (BEIR layout) and sts.tsv
+    (sentence1, sentence2, score), from a random stream of its own (the toy corpus is untouched)."""
+    return _generate_once(cache_dir, f"toy-sentence-eval-v{TOY_VERSION}-seed{seed}", _write_toy_sentence_eval,
+                          f"sentence-eval-{seed}")
 
 
 def toy_pair_eval(cache_dir=None, seed=0, n=5000):
-    """Directory with dev.tsv: n more pairs of the toy pair task (GLUE dev layout), drawn as the
-    corpus's dev split is but from a random stream of their own, so the corpus, its 1,000 dev
-    pairs and every number measured on them stay as they are. study.py scores fine-tuned models
-    on them: 1,000 pairs leave a binomial spread of about 1.3 points on an accuracy near 80%."""
-    grammar = lambda: _ToyGrammar(random.Random(f"pair-eval-{seed}"))
-    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}",
-                          lambda tmp: (tmp / "dev.tsv").write_text(_pair_rows(grammar(), n), encoding="utf-8"))
+    """Folder with dev.tsv: n more pairs of the toy pair task (GLUE dev layout), drawn as the corpus's
+    dev split is but from a random stream of their own, so the corpus, its 1,000 dev pairs and every
+    number measured on them stay as they are. study.py scores fine-tuned models on them: 1,000 pairs
+    leave a binomial spread of about 1.3 points on an accuracy near 80%."""
+    write = lambda out, rng: (out / "dev.tsv").write_text(_pair_rows(_ToyGrammar(rng), n), encoding="utf-8")
+    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}", write,
+                          f"pair-eval-{seed}")

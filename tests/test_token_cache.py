@@ -52,6 +52,37 @@ def test_tokenize_local_file_key_follows_file(tmp_path, small):
     assert list(tokenize_corpus(corpus, small, tmp_path / "cache")) == [5, 3, 6, 20, 3]
 
 
+def test_the_array_is_the_same_for_any_num_proc(toy_dir, tmp_path):
+    """Each process tokenises the next contiguous share of the documents into a part file; the parts,
+    concatenated in order, are the array one process makes (docs/data.md, Processes)."""
+    tok = data.load_tokenizer("toy", toy_dir.parent)
+    one = tokenize_corpus("toy", tok, tmp_path / "one", num_proc=1)
+    three = tokenize_corpus("toy", tok, tmp_path / "three", num_proc=3)
+    assert np.array_equal(one, three) and one.dtype == three.dtype
+    assert sorted(p.name for p in (tmp_path / "three" / "tokens").iterdir()) == [  # no part file left
+        Path(three.filename).stem + ".json", Path(three.filename).name]
+
+
+def test_a_fork_that_fails_is_its_own_error(small, tmp_path, monkeypatch):
+    """A second tokenising process that cannot be started: its OSError comes through (not an
+    AttributeError from ending a process that never started), and the first one is ended."""
+    import datasets
+    import multiprocessing
+    process = type(multiprocessing.get_context("fork").Process())
+    start, started = process.start, []
+
+    def start_one(self):
+        if started:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        start(self)
+        started.append(self)
+    monkeypatch.setattr(process, "start", start_one)
+    docs = datasets.Dataset.from_dict({"text": ["hello world"] * 100})
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        token_cache.tokenize_parts(docs, small, np.uint16, [tmp_path / f"{i}.part" for i in range(3)])
+    assert started[0].exitcode is not None
+
+
 def damage(path, how):
     """Damage a cached token array the ways a crash, a full disk or a person can."""
     tokens = np.load(path)
