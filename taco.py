@@ -294,8 +294,9 @@ def masked_batch(ids, tok, args, generator):
         return MaskedBatch(inputs, labels, decoder=DecoderInputs(ids.long(), visible, dec_labels))
     inputs, labels = mask_tokens(ids, tok, args.mlm_probability, generator)
     masked = labels != -100
-    special = torch.isin(ids, torch.tensor(tok.special_ids))
-    targets = torch.where(special, -100, ids) if args.predict_all else None  # MLM's and TP's
+    targets = None
+    if args.predict_all:  # MLM's and TP's targets: every non-special token
+        targets = torch.where(torch.isin(ids, torch.tensor(tok.special_ids)), -100, ids)
     positions = {"all": None, "masked": masked, "unmasked": ~masked}[args.tc_positions]
     return MaskedBatch(inputs, labels, targets, positions, unmasked=ids if args.objective == "tacl" else None,
                        rows=predicted_rows(labels if targets is None else targets))
