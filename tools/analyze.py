@@ -169,9 +169,8 @@ def heatmap_sentence(data, cache_dir=None):
 def token_cosines(encoder, tok, sentence):
     """[CLS] sentence [SEP] -> (tokens, (T, T) cosines of every two of its last-layer states)."""
     tokens = ["[CLS]", *tok.tokenize(sentence)[:encoder.config.max_position_embeddings - 2], "[SEP]"]
-    ids = torch.tensor([[tok.vocab[t] for t in tokens]])
     was_training = encoder.training
-    h, _ = encoder.eval()(ids)
+    h, _ = encoder.eval()(torch.tensor([[tok.vocab[t] for t in tokens]]))
     encoder.train(was_training)
     z = F.normalize(h[0].double(), dim=-1)
     return tokens, (z @ z.T).numpy()
@@ -397,8 +396,8 @@ def sentence_defaults(source):
 
 
 def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
-    """Everything this script measures, as one dict: the contextual score with blocks as
-    contexts ("context") and with documents as contexts ("context_doc"), word similarity."""
+    """The probes of the held-out blocks, as one dict: the contextual score with blocks as contexts
+    ("context") and with documents as contexts ("context_doc"), word similarity, self-similarity."""
     return {"context": context_scores(encoder, batches, metrics),
             "context_doc": context_scores(encoder, batches, metrics, tok.sep_id),
             "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs, batches),
@@ -434,33 +433,30 @@ def main(argv=None):
                            "with --retrieval / --sts, its sentence vectors.", formatter_class=cli.HelpFormatter)
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), "
                    "checkpoint file, or Hugging Face BERT directory with vocab.txt")
-    p.add_argument("--data", default=None, help="text for the contextual score (as taco.py --data); "
-                   "default: the run's own --data, else toy")
-    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="block length; default: the run's, else 128")
+    p.add_argument("--data", help="text for the contextual score (as taco.py --data); default: the run's, else toy")
+    p.add_argument("--max_len", type=int_range(8, 512), help="block length; default: the run's, else 128")
     p.add_argument("--eval_blocks", type=int_range(2), default=64,
                    help="blocks probed: of the run's own text its last ones, as taco.py holds them out (at most a "
                    "tenth); of other text (--data) the first ones, all of it when shorter")
-    p.add_argument("--batch_size", type=int_range(2), default=32,
-                   help="blocks per batch; 'inter' pairs come from one batch")
+    p.add_argument("--batch_size", type=int_range(2), default=32, help="blocks per batch, the pool of 'inter' pairs")
     p.add_argument("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
     p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
                    "or toy: the toy corpus's wordsim.txt")
-    p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--retrieval", default=None, help="also: dense retrieval on a BEIR folder (corpus.jsonl, "
-                   "queries.jsonl, qrels/test.tsv), or toy: the toy grammar's")
-    p.add_argument("--sts", default=None, help="also: Spearman of the cosine of two sentence vectors on an "
-                   "STS-format TSV (sentence1, sentence2, score), or toy")
-    p.add_argument("--pooling", default=None, choices=["cls", "mean"], help="sentence vector of --retrieval and --sts: the "
+    p.add_argument("--cache_dir", help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
+    p.add_argument("--retrieval", help="also: dense retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, "
+                   "qrels/test.tsv), or toy: the toy grammar's")
+    p.add_argument("--sts", help="also: Spearman of the cosine of two sentence vectors on an STS-format TSV "
+                   "(sentence1, sentence2, score), or toy")
+    p.add_argument("--pooling", choices=["cls", "mean"], help="sentence vector of --retrieval and --sts: the "
                    "last-layer [CLS] state (RetroMAE's) or the mean over every real token (sentence-transformers'); "
                    "default: a sentence-transformers folder's own, else cls")
-    p.add_argument("--similarity", default=None, choices=["dot", "cos"], help="retrieval score of two sentence "
-                   "vectors; default: cos for a sentence-transformers folder, else dot (RetroMAE's)")
-    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--similarity", choices=["dot", "cos"], help="retrieval score of two sentence vectors; default: "
+                   "cos for a sentence-transformers folder, else dot (RetroMAE's)")
+    p.add_argument("--json", help="also write the results to this JSON file")
     cli.add_threads_flag(p)
-    p.add_argument("--heatmap", default=None, help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's "
-                   "token x token last-layer cosines")
-    p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
-                   "the toy corpus's first)")
+    p.add_argument("--heatmap", help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's token x token "
+                   "last-layer cosines")
+    p.add_argument("--sentence", help="the heatmap's sentence; default: TaCL's (--data toy: the corpus's first)")
     args = p.parse_args(argv)
     with cli.errors():
         threads = cli.set_threads(args.threads)  # float sums, so the numbers, depend on it
@@ -489,8 +485,9 @@ def main(argv=None):
         data, max_len = args.data or run_data or "toy", args.max_len or run_args.get("max_len") or 128
         if not 8 <= max_len <= encoder.config.max_position_embeddings:
             raise UsageError(f"--max_len {max_len}: give 8 to {encoder.config.max_position_embeddings}")
-        sources = lambda spec: [os.path.realpath(s) if os.path.exists(s) else s for s in map(str.strip, spec.split(",")) if s]
-        trained_on = run_data is not None and sources(data) == sources(run_data)  # the same text, paths resolved
+        sources = lambda spec: [os.path.realpath(s) if os.path.exists(s) else s
+                                for s in map(str.strip, spec.split(",")) if s]  # paths resolved
+        trained_on = run_data is not None and sources(data) == sources(run_data)
         try:
             held, about = probe_blocks(data, tok, max_len, args.eval_blocks, trained_on, args.cache_dir)
         except DataError as err:
@@ -515,7 +512,7 @@ def main(argv=None):
             result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len, pooling)
         print(format_report(result))
         if args.json:  # before the picture: a picture that fails never costs the numbers
-            strict = json.loads(json.dumps(result), parse_constant=lambda nan: None)  # NaN, Infinity: null (not JSON)
+            strict = json.loads(json.dumps(result), parse_constant=lambda nan: None)  # NaN, Infinity: null
             checkpoints.write_json(args.json, strict)  # all or nothing
         if args.heatmap:
             tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
