@@ -94,8 +94,7 @@ def _read_jsonl(path, what, whats):
         print(f"warning: {path}: {repeats} line(s) repeat the _id and text of an earlier one; counted once",
               file=sys.stderr)
     if empty:
-        print(f"warning: {path}: {empty} of its {whats} have no text; each embeds as [CLS] [SEP] alone",
-              file=sys.stderr)
+        print(f"warning: {path}: {empty} of its {whats} have no text; each embeds as [CLS] [SEP] alone", file=sys.stderr)
     return list(rows.items())
 
 

@@ -76,7 +76,8 @@ def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
     """{metric: {intra, inter, score, ratio}} of the encoder's last-layer states over `batches`
     (the paper's Table 9). A context is a packed block, or with `sep_id` one document of a block
     (taco.contextual_score's two forms; its cosine is this one). cosine / dot: mean similarity,
-    score = intra - inter; l1 / l2 / l10: mean distance, score = inter - intra. ratio = intra / inter."""
+    score = intra - inter; l1 / l2 / l10: mean distance, score = inter - intra. ratio = intra / inter
+    (> 1 for similarities, < 1 for distances means the same)."""
     was_training = encoder.training
     encoder.eval()
     sums = {m: Counter() for m in metrics}  # intra_sum, intra_n, inter_sum, inter_n pooled over batches
@@ -128,8 +129,7 @@ def describe_probe(source, data, max_len, about, eval_blocks):
     n, of = about["blocks"], about["of_blocks"]
     if about["part"] == "last":
         which = f"the last {n} of its {of:,} blocks of {max_len}, held out from training as taco.py holds them out"
-        if n < eval_blocks:
-            which += " (at most a tenth: it trained on the rest)"
+        which += " (at most a tenth: it trained on the rest)" if n < eval_blocks else ""
     elif n == of:
         which = f"all {n} blocks of {max_len} (text the model did not train on is all held out)"
     else:
@@ -271,11 +271,8 @@ def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=N
         batch = pad_sequence([torch.tensor(ids[r]) for r in rows], batch_first=True, padding_value=tok.pad_id)
         real = (batch != tok.pad_id).to(device)
         h, _ = encoder(batch.to(device), attention_mask=real)
-        if pooling == "mean":
-            real = real[..., None].float()  # (B, T, 1)
-            out[rows] = ((h.float() * real).sum(1) / real.sum(1)).cpu()
-        else:
-            out[rows] = h[:, 0].float().cpu()
+        real = real[..., None].float()  # (B, T, 1)
+        out[rows] = ((h.float() * real).sum(1) / real.sum(1) if pooling == "mean" else h[:, 0].float()).cpu()
     encoder.train(was_training)
     return out
 
@@ -406,10 +403,8 @@ def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
 
 def format_report(result):
     lines = [f"{'contextual score':<26}{'intra':>9}{'inter':>9}{'score':>9}{'ratio':>9}"]
-    for form, label in (("context", "block"), ("context_doc", "document")):
-        for m, r in result[form].items():
-            lines.append(f"  {m + ', ' + label + 's':<24}{r['intra']:>9.4f}{r['inter']:>9.4f}"
-                         f"{r['score']:>9.4f}{r['ratio']:>9.4f}")
+    lines += [f"  {m + ', ' + label + 's':<24}" + "".join(f"{r[k]:>9.4f}" for k in ("intra", "inter", "score", "ratio"))
+              for form, label in (("context", "block"), ("context_doc", "document")) for m, r in result[form].items()]
     lines.append("self-similarity per layer (TaCL): "
                  + ", ".join(f"{i} {v:.3f}" for i, v in enumerate(result["self_similarity"], 1)))
     w = result["wordsim"]
