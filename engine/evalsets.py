@@ -113,8 +113,10 @@ def read_beir(folder, split="test"):
     hint = "query-id<TAB>corpus-id<TAB>integer score"
     split = lambda line: line.split("\t") if "\t" in line else line.split()
     qrels, line_of = {}, {}
-    fields = lambda c: (c[0], c[-2], c[-1]) if len(c) in (3, 4) else None  # trec_eval's: query, iteration, ...
+    fields = lambda c: (c[0], c[-2], c[-1]) if len(c) in (3, 4) else (None, None, c[-1])  # trec_eval's: 4
     for no, qid, did, g in _table(paths[2], "BEIR qrels file", hint, fields, split, kind=int):
+        if qid is None:  # a grade but not 3 columns: never a header
+            raise UsageError(f"{paths[2]} line {no}: expected {hint}")
         if qrels.setdefault(qid, {}).setdefault(did, g) != g:
             raise UsageError(f"{paths[2]} lines {line_of[qid, did]} and {no}: query {qid!r} judges document "
                              f"{did!r} twice, {qrels[qid][did]} and {g}; keep one")
