@@ -25,33 +25,29 @@ def read_lines(path, what="file"):
             yield no, line.rstrip("\r\n")
 
 
-def _score(text, path, no):
-    """A gold score -> float, or None when `text` is no number at all (a header's word). NaN and
-    infinities are refused, never dropped: a correlation over the other rows would be reported as
-    if it were over all of them."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    if not math.isfinite(value):
-        raise UsageError(f"{path} line {no}: score {text.strip()!r} is not a finite number; fix or remove the line")
-    return value
-
-
-def _table(path, what, hint, split, value, comments=False):
-    """[(line number, columns, value)] of a table's lines (split(line) -> columns, value(columns,
-    line number) -> a number, or None for no number), blank lines and with `comments` '#' lines
-    ignored, less a header: a first line whose value is None. Any other line without a value is
-    one error line; `hint` says what a line holds."""
-    rows = [(no, line, split(line)) for no, line in read_lines(path, what)
-            if line.strip() and not (comments and line.lstrip().startswith("#"))]
-    rows = [(no, line, cols, value(cols, no)) for no, line, cols in rows]
-    if rows and rows[0][3] is None:  # WordSim353's own files open with "Word 1<TAB>Word 2<TAB>Human (mean)"
-        rows.pop(0)
-    for no, line, _, v in rows:
-        if v is None:
-            raise UsageError(f"{path} line {no}: expected {hint}, got {line[:60]!r}")
-    return [(no, cols, v) for no, _, cols, v in rows]
+def _table(path, what, hint, fields, split=lambda line: line.split("\t"), kind=float, comments=False):
+    """[(line number, text 1, text 2, number)] of a table's lines (split(line) -> columns;
+    fields(columns) -> the two texts and the number's text, or None when the line does not fit),
+    blank lines and with `comments` '#' lines ignored. A first line without a `kind` number is a
+    header (WordSim353's own files open with "Word 1<TAB>Word 2<TAB>Human (mean)"); any other is
+    one error line, `hint` saying what a line holds. NaN and infinities are refused, never dropped
+    (nor a header): a correlation over the other rows would be reported as if it were over all."""
+    rows, first = [], True
+    for no, line in read_lines(path, what):
+        if not line.strip() or comments and line.lstrip().startswith("#"):
+            continue
+        row, header, first = fields(split(line)), first, False
+        try:
+            value = kind(row[2])
+        except (TypeError, ValueError):  # no number: a header's words, or a mistake
+            if header:
+                continue
+            raise UsageError(f"{path} line {no}: expected {hint}, got {line[:60]!r}") from None
+        if not math.isfinite(value):
+            raise UsageError(f"{path} line {no}: score {row[2].strip()!r} is not a finite number; "
+                             f"fix or remove the line")
+        rows.append((no, row[0], row[1], value))
+    return rows
 
 
 def read_pairs(path):
@@ -59,18 +55,18 @@ def read_pairs(path):
     space separated), '#' comments and blank lines ignored; a first line whose score is no number is
     a header (a `nan` score is a number: refused like any non-finite score)."""
     split = lambda line: line.split("\t") if "\t" in line else line.split(",") if "," in line else line.split()
-    score = lambda cols, no: _score(cols[2], path, no) if len(cols) == 3 else None
-    pairs = [(cols[0].strip(), cols[1].strip(), s) for _, cols, s in
-             _table(path, "word-pair file", "word1<TAB>word2<TAB>score", split, score, comments=True)]
+    fields = lambda c: (c[0].strip(), c[1].strip(), c[2]) if len(c) == 3 else None
+    hint = "word1<TAB>word2<TAB>score"
+    pairs = [row[1:] for row in _table(path, "word-pair file", hint, fields, split, comments=True)]
     if not pairs:
-        raise UsageError(f"word-pair file {path} holds no pairs: add lines word1<TAB>word2<TAB>score")
+        raise UsageError(f"word-pair file {path} holds no pairs: add lines {hint}")
     return pairs
 
 
 def _read_jsonl(path, what, whats):
     """[(_id, text)] of a BEIR corpus or queries file, title and text joined. A line repeated
     (same _id, same text) counts once, with a warning; the same _id with another text is an error."""
-    rows, line_of, repeats, empty = {}, {}, 0, 0
+    rows, line_of, repeats = {}, {}, 0
     layout = f'a BEIR {what} is one object {{"_id": ..., "title": ..., "text": ...}} per line'
     for no, line in read_lines(path, f"BEIR {whats} file"):
         if not line.strip():
@@ -88,13 +84,12 @@ def _read_jsonl(path, what, whats):
                 got = f"is {json.dumps(row[key])[:40]}" if key in row else "is missing"
                 raise UsageError(f'{path} line {no}: "{key}" {got}, not a string; {layout}')
         text = f"{title} {row['text']}" if title else row["text"]
-        if rows.get(rid, text) != text:
+        if rows.setdefault(rid, text) != text:
             raise UsageError(f"{path} lines {line_of[rid]} and {no}: two {whats} with _id {rid!r} and different "
                              f"texts; keep one")
-        repeats += rid in rows
-        empty += rid not in rows and not text.strip()
-        rows.setdefault(rid, text)
+        repeats += rid in line_of
         line_of.setdefault(rid, no)
+    empty = sum(not text.strip() for text in rows.values())
     if repeats:
         print(f"warning: {path}: {repeats} line(s) repeat the _id and text of an earlier one; counted once",
               file=sys.stderr)
@@ -109,19 +104,19 @@ def read_beir(folder, split="test"):
     qrels/<split>.tsv (query-id, corpus-id, integer score; a header line; trec_eval's four-column
     qrels are read too). Title and text are joined. Duplicates: see _read_jsonl; a judgement given
     twice with two grades is an error."""
-    layout = f"a BEIR folder (corpus.jsonl, queries.jsonl, qrels/{split}.tsv)"
-    if not os.path.isdir(folder):
-        raise UsageError(f"--retrieval {folder} is not a folder: pass {layout}")
-    paths = [os.path.join(folder, n) for n in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{split}.tsv"))]
+    paths = [os.path.join(folder, *n) for n in (["corpus.jsonl"], ["queries.jsonl"], ["qrels", f"{split}.tsv"])]
     for path in paths:
         if not os.path.lexists(path):
-            raise UsageError(f"{path} not found: --retrieval takes {layout}")
+            raise UsageError(f"{path} not found: --retrieval takes a BEIR folder (corpus.jsonl, queries.jsonl, "
+                             f"qrels/{split}.tsv)")
     corpus, queries = _read_jsonl(paths[0], "document", "documents"), _read_jsonl(paths[1], "query", "queries")
+    hint = "query-id<TAB>corpus-id<TAB>integer score"
+    split = lambda line: line.split("\t") if "\t" in line else line.split()
     qrels, line_of = {}, {}
-    for no, cols, g in _table(paths[2], "BEIR qrels file", QRELS_LINE, _qrels_columns, lambda cols, no: _int(cols[-1])):
-        if len(cols) != 3:
-            raise UsageError(f"{paths[2]} line {no}: expected {QRELS_LINE}")
-        qid, did, _ = cols
+    fields = lambda c: (c[0], c[-2], c[-1]) if len(c) in (3, 4) else (None, None, c[-1])  # trec_eval's: 4
+    for no, qid, did, g in _table(paths[2], "BEIR qrels file", hint, fields, split, kind=int):
+        if qid is None:  # a grade but not 3 columns: never a header
+            raise UsageError(f"{paths[2]} line {no}: expected {hint}")
         if qrels.setdefault(qid, {}).setdefault(did, g) != g:
             raise UsageError(f"{paths[2]} lines {line_of[qid, did]} and {no}: query {qid!r} judges document "
                              f"{did!r} twice, {qrels[qid][did]} and {g}; keep one")
@@ -141,21 +136,6 @@ def read_beir(folder, split="test"):
     return corpus, queries, qrels
 
 
-QRELS_LINE = "query-id<TAB>corpus-id<TAB>integer score"
-
-
-def _qrels_columns(line):
-    cols = line.split("\t") if "\t" in line else line.split()
-    return [cols[0], cols[2], cols[3]] if len(cols) == 4 else cols  # trec_eval's: query, iteration, document, grade
-
-
-def _int(text):
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
 def read_sts(path):
     """[(sentence1, sentence2, score)] of an STS-format TSV: STS-B's columns sentence1, sentence2
     and score when a header names them, else the first three columns, after a header line if the
@@ -163,9 +143,8 @@ def read_sts(path):
     names = ("sentence1", "sentence2", "score")
     first = next((line.split("\t") for _, line in read_lines(path, "STS file") if line.strip()), [])
     at = [first.index(c) for c in names] if set(names) <= set(first) else [0, 1, 2]
-    score = lambda cols, no: _score(cols[at[2]], path, no) if len(cols) > max(at) else None
-    pairs = [(cols[at[0]], cols[at[1]], s) for _, cols, s in
-             _table(path, "STS file", "sentence1<TAB>sentence2<TAB>score", lambda line: line.split("\t"), score)]
+    fields = lambda c: [c[i] for i in at] if len(c) > max(at) else None
+    pairs = [row[1:] for row in _table(path, "STS file", "sentence1<TAB>sentence2<TAB>score", fields)]
     if len(pairs) < 2:
         raise UsageError(f"STS file {path} holds fewer than two pairs")
     if len({p[2] for p in pairs}) == 1:

@@ -528,3 +528,18 @@ def test_json_is_strict_and_kept_when_the_picture_fails(hf_model, tmp_path, monk
     res = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert res["wordsim"]["cooc_pairs"] == 0 and res["wordsim"]["cooc_mean_cosine"] is None
     assert "no pair co-occurs in a held-out document" in stdout
+
+
+def test_a_run_is_probed_on_its_held_out_tail_and_its_edited_config_is_one_line(tmp_path, capsys, quick, run_taco):
+    """A taco run: its own --data and --max_len (config.json) choose the blocks, the ones taco.py held
+    out. That config.json may be edited: a value of the wrong type is one line naming the file."""
+    out = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "4", "--out", out]) == 0
+    code, stdout, _ = main_exit(["--model", out, "--eval_blocks", "4", "--threads", "1"], capsys)
+    assert code == 0 and "the last 4 of its" in stdout and "blocks of 32, held out from training" in stdout
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    for key, value, what in (("max_len", "32", "whole number"), ("data", 5, "string")):
+        (tmp_path / "run" / "config.json").write_text(json.dumps({**config, "args": {**config["args"], key: value}}))
+        code, _, err = main_exit(["--model", out], capsys)
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"config.json has {key} = {json.dumps(value)}, not a {what}; edited?" in err

@@ -44,6 +44,7 @@ QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"
     (CORPUS, QUERIES + '{"_id": "q1", "text": "cat"}\n', QRELS, "two queries with _id 'q1'"),
     (CORPUS, QUERIES, QRELS + "q1\td1\t2\n", "lines 2 and 3: query 'q1' judges document 'd1' twice, 1 and 2"),
     (CORPUS, QUERIES, QRELS + "q1\td2\t1.5\n", "line 3: expected query-id<TAB>corpus-id<TAB>integer score"),
+    (CORPUS, QUERIES, "q1\t1\nq1\td1\t1\n", "line 1: expected query-id<TAB>corpus-id<TAB>integer score"),
     (CORPUS, QUERIES, b"\xff\xfe\x00", "test.tsv line 1 is not UTF-8"),
     (CORPUS, QUERIES, "query-id\tcorpus-id\tscore\nq9\td1\t1\n", "is judged in"),
 ])

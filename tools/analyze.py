@@ -2,8 +2,10 @@
 
     contextual score  intra- minus inter-context similarity of last-layer states on held-out
                       blocks (its Fig. 3b / Fig. 6, appendix A.3), and intra / inter (Table 9):
-                      cosine, dot product, or L1 / L2 / L10 distance; a context is a packed
-                      block, or one document of a block (documents end with [SEP] inside blocks)
+                      cosine, dot product, or L1 / L2 / L10 distance (then inter - intra: for
+                      every metric a positive score means a context's tokens are closer to each
+                      other than to other contexts' tokens); a context is a packed block, or one
+                      document of a block (documents end with [SEP] inside blocks)
     word similarity   mean cosine of the input embeddings of the WordSim353-style pairs that
                       co-occur in a held-out document (its Fig. 3a); extra: the Spearman
                       correlation of the cosine with the human scores over all pairs
@@ -21,14 +23,12 @@
     python tools/analyze.py --model runs/retromae --retrieval toy --sts toy   # + the sentence probes
     python tools/analyze.py --model hf_bert_dir --retrieval path/to/beir/scifact --similarity cos
     python tools/analyze.py --model minilm_dir --data wiki.txt --retrieval wiki_beir/   # mean pooling, its own
-
-For distances the score is inter - intra, so for every metric a positive score means that
-tokens of one context are closer to each other than to tokens of other contexts.
 """
 import json
 import math
 import os
 import sys
+from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
 from engine import cli
@@ -59,21 +59,16 @@ def distance_score(h, real, p, groups=None):
     """Sums of the L_p distance over ordered pairs of distinct real tokens in the same context
     (intra) and in different contexts (inter) of one batch, with their counts, so that batches
     can be pooled. h: (B, T, H); real: (B, T) bool; groups: (B, T) context ids (default: block)."""
-    B, T, H = h.shape
-    if groups is None:
-        groups = torch.arange(B, device=h.device)[:, None].expand(B, T)
-    z, g = h.double()[real], groups[real]  # (N, H), (N,) real tokens, grouped by block
-    block = torch.arange(B, device=h.device).repeat_interleave(real.sum(1))  # (N,) their block
-    out = {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0}
-    for b in range(B):  # one block's tokens against all tokens: memory T x N, not N x N
-        rows = block == b
-        d = torch.cdist(z[rows], z, p=p)  # (n_b, N); self-distances are 0
-        same = g[rows][:, None] == g[None, :]  # (n_b, N) same context, self included
-        out["intra_sum"] += d[same].sum().item()
-        out["intra_n"] += int(same.sum()) - int(rows.sum())  # minus the self pairs
-        out["inter_sum"] += d[~same].sum().item()
-        out["inter_n"] += int((~same).sum())
-    return out
+    block = torch.arange(len(h), device=h.device)[:, None].expand(real.shape)
+    z, g, block = h.double()[real], (block if groups is None else groups)[real], block[real]  # (N, H), (N,), (N,)
+    intra = inter = same_n = 0
+    for b in range(len(h)):  # one block's tokens against all tokens: memory T x N, not N x N
+        d = torch.cdist(z[block == b], z, p=p)  # (n_b, N); self-distances are 0
+        same = g[block == b][:, None] == g[None, :]  # (n_b, N) same context, self included
+        intra += d[same].sum().item()
+        inter += d[~same].sum().item()
+        same_n += int(same.sum())
+    return {"intra_sum": intra, "intra_n": same_n - len(z), "inter_sum": inter, "inter_n": len(z) ** 2 - same_n}
 
 
 @torch.no_grad()
@@ -81,23 +76,19 @@ def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
     """{metric: {intra, inter, score, ratio}} of the encoder's last-layer states over `batches`
     (the paper's Table 9). A context is a packed block, or with `sep_id` one document of a block
     (taco.contextual_score's two forms; its cosine is this one). cosine / dot: mean similarity,
-    score = intra - inter; l1 / l2 / l10: mean distance, score = inter - intra: a positive score
-    always means a context's tokens are closer to each other than to other contexts' tokens.
-    ratio = intra / inter (> 1 for similarities, < 1 for distances means the same)."""
+    score = intra - inter; l1 / l2 / l10: mean distance, score = inter - intra. ratio = intra / inter
+    (> 1 for similarities, < 1 for distances means the same)."""
     was_training = encoder.training
     encoder.eval()
-    sums = {m: {"intra_sum": 0.0, "intra_n": 0.0, "inter_sum": 0.0, "inter_n": 0.0} for m in metrics}
+    sums = {m: Counter() for m in metrics}  # intra_sum, intra_n, inter_sum, inter_n pooled over batches
     for ids in batches:
         h, _ = encoder(ids)
-        real = torch.ones(ids.shape, dtype=torch.bool, device=ids.device)
-        groups = context_groups(ids, sep_id)
+        real, groups = torch.ones_like(ids, dtype=torch.bool), context_groups(ids, sep_id)
         for m in metrics:
             if m in ("cosine", "dot"):
-                part = pair_sums(F.normalize(h.float(), dim=-1) if m == "cosine" else h, groups, real)
+                sums[m].update(pair_sums(F.normalize(h.float(), dim=-1) if m == "cosine" else h, groups, real))
             else:
-                part = distance_score(h, real, int(m[1:]), groups)
-            for k, v in part.items():
-                sums[m][k] += v
+                sums[m].update(distance_score(h, real, int(m[1:]), groups))
     encoder.train(was_training)
     out = {}
     for m, s in sums.items():
@@ -129,8 +120,7 @@ def batched(blocks, batch_size):
 
 
 def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None):
-    """The corpus's last `eval_blocks` blocks (at most a tenth), as taco.py's evaluate holds
-    them out, in batches of int64 ids."""
+    """The blocks taco.py's evaluate holds out (probe_blocks of the run's own text), in batches of int64 ids."""
     return batched(probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0], batch_size)
 
 
@@ -139,8 +129,7 @@ def describe_probe(source, data, max_len, about, eval_blocks):
     n, of = about["blocks"], about["of_blocks"]
     if about["part"] == "last":
         which = f"the last {n} of its {of:,} blocks of {max_len}, held out from training as taco.py holds them out"
-        if n < eval_blocks:
-            which += " (at most a tenth: it trained on the rest)"
+        which += " (at most a tenth: it trained on the rest)" if n < eval_blocks else ""
     elif n == of:
         which = f"all {n} blocks of {max_len} (text the model did not train on is all held out)"
     else:
@@ -168,13 +157,10 @@ def self_similarity(encoder, batches):
     return (sums / pairs).tolist()
 
 
-TACL_SENTENCE = "The movement has received support from noted science bloggers, such as biologist Jonathan Eisen."
-
-
 def heatmap_sentence(data, cache_dir=None):
     """The sentence of TaCL's heatmap; for the toy corpus (whose vocab lacks its words) the corpus's first one."""
     if data != "toy":
-        return TACL_SENTENCE
+        return "The movement has received support from noted science bloggers, such as biologist Jonathan Eisen."
     with open(os.path.join(toy_corpus(cache_dir), "train.txt"), encoding="utf-8") as f:
         return f.readline().strip()
 
@@ -183,9 +169,8 @@ def heatmap_sentence(data, cache_dir=None):
 def token_cosines(encoder, tok, sentence):
     """[CLS] sentence [SEP] -> (tokens, (T, T) cosines of every two of its last-layer states)."""
     tokens = ["[CLS]", *tok.tokenize(sentence)[:encoder.config.max_position_embeddings - 2], "[SEP]"]
-    ids = torch.tensor([[tok.vocab[t] for t in tokens]])
     was_training = encoder.training
-    h, _ = encoder.eval()(ids)
+    h, _ = encoder.eval()(torch.tensor([[tok.vocab[t] for t in tokens]]))
     encoder.train(was_training)
     z = F.normalize(h[0].double(), dim=-1)
     return tokens, (z @ z.T).numpy()
@@ -243,20 +228,6 @@ def plot_heatmaps(panels, tokens, path):
 
 # ----------------------------------------------------------------------------- word similarity
 
-def cooccurring(id_pairs, batches, sep_id):
-    """The (id1, id2) pairs whose two tokens occur together in one document of a block."""
-    wanted = {i for pair in id_pairs for i in pair}
-    together = set()
-    for ids in batches:
-        groups = context_groups(ids, sep_id)
-        docs = {}  # context id -> the wanted tokens in it
-        for g, i in zip(groups.flatten().tolist(), ids.flatten().tolist()):
-            if i in wanted:
-                docs.setdefault(g, set()).add(i)
-        together.update(pair for pair in id_pairs if any(set(pair) <= d for d in docs.values()))
-    return together
-
-
 def word_similarity(embeddings, tok, pairs, batches=None):
     """Word pairs whose two words are single tokens of the vocab (others are counted):
 
@@ -265,25 +236,22 @@ def word_similarity(embeddings, tok, pairs, batches=None):
     spearman           an extra: Spearman correlation of the cosine with the human scores
     mean_cosine        the mean cosine over all usable pairs
     """
-    kept, cos, human = [], [], []
-    for w1, w2, score in pairs:
-        ids = [tok.encode(w) for w in (w1, w2)]
-        if all(len(i) == 1 and i[0] != tok.unk_id for i in ids):
-            kept.append((ids[0][0], ids[1][0]))
-            human.append(score)
-            cos.append(F.cosine_similarity(embeddings[ids[0][0]], embeddings[ids[1][0]], dim=0).item())
-    together = cooccurring(kept, batches, tok.sep_id) if batches is not None else set()
-    cooc = [c for pair, c in zip(kept, cos) if pair in together]
+    kept = [(a[0], b[0], score) for a, b, score in ((tok.encode(w1), tok.encode(w2), s) for w1, w2, s in pairs)
+            if len(a) == len(b) == 1 and tok.unk_id not in (a[0], b[0])]  # (id1, id2, human score)
+    cos = [F.cosine_similarity(embeddings[a], embeddings[b], dim=0).item() for a, b, _ in kept]
+    wanted, where = {i for a, b, _ in kept for i in (a, b)}, {}  # where: token id -> its documents
+    for n, ids in enumerate(batches or []):
+        for g, i in zip(context_groups(ids, tok.sep_id).flatten().tolist(), ids.flatten().tolist()):
+            if i in wanted:
+                where.setdefault(i, set()).add((n, g))  # (batch, document of a block)
+    cooc = [c for (a, b, _), c in zip(kept, cos) if where.get(a, set()) & where.get(b, set())]
     return {"pairs": len(pairs), "used": len(kept), "skipped": len(pairs) - len(kept),
             "cooc_pairs": len(cooc), "cooc_mean_cosine": float(np.mean(cooc)) if cooc else float("nan"),
             "mean_cosine": float(np.mean(cos)) if cos else float("nan"),
-            "spearman": spearman(cos, human) if len(cos) > 1 else float("nan")}
+            "spearman": spearman(cos, [s for _, _, s in kept]) if len(cos) > 1 else float("nan")}
 
 
 # ----------------------------------------------------------------------------- sentence embeddings
-
-POOLING = ("cls", "mean")
-
 
 @torch.no_grad()
 def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=None):
@@ -303,11 +271,8 @@ def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=N
         batch = pad_sequence([torch.tensor(ids[r]) for r in rows], batch_first=True, padding_value=tok.pad_id)
         real = (batch != tok.pad_id).to(device)
         h, _ = encoder(batch.to(device), attention_mask=real)
-        if pooling == "mean":
-            real = real[..., None].float()  # (B, T, 1)
-            out[rows] = ((h.float() * real).sum(1) / real.sum(1)).cpu()
-        else:
-            out[rows] = h[:, 0].float().cpu()
+        real = real[..., None].float()  # (B, T, 1)
+        out[rows] = ((h.float() * real).sum(1) / real.sum(1) if pooling == "mean" else h[:, 0].float()).cpu()
     encoder.train(was_training)
     return out
 
@@ -329,7 +294,8 @@ def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100, doc_
     by_id = torch.tensor(sorted(range(D), key=doc_ids.__getitem__, reverse=True), dtype=torch.long)
     k_max = max(k_ndcg, k_mrr, k_recall)
     k_sort = min(k_max + (skip is not None), D)
-    discount = [1 / math.log2(r + 2) for r in range(k_max)]
+    discount = [1 / math.log2(r + 2) for r in range(k_ndcg)]
+    dcg = lambda grades: sum(max(g, 0) * d for g, d in zip(grades, discount))  # of the first k_ndcg
     ndcg, mrr, recall = [], [], []
     for start in range(0, Q, 256):  # a stable sort over columns in id order: equal scores stay id-descending
         part = scores[start:start + 256, by_id]
@@ -337,12 +303,9 @@ def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100, doc_
         for q, cols in enumerate(top.tolist(), start):
             rel = relevance[q]
             ranked = [rel.get(doc_ids[c], 0) for c in cols if skip is None or c != skip[q]][:k_max]
-            gains = [max(g, 0) for g in ranked]
-            ideal = sorted((max(g, 0) for g in rel.values()), reverse=True)[:k_ndcg]
-            idcg = sum(g * d for g, d in zip(ideal, discount))
-            ndcg.append(sum(g * d for g, d in zip(gains[:k_ndcg], discount)) / idcg if idcg > 0 else 0.0)
-            first = next((r for r, g in enumerate(ranked[:k_mrr]) if g > 0), None)
-            mrr.append(0.0 if first is None else 1 / (first + 1))
+            idcg = dcg(sorted(rel.values(), reverse=True))
+            ndcg.append(dcg(ranked) / idcg if idcg > 0 else 0.0)
+            mrr.append(next((1 / (r + 1) for r, g in enumerate(ranked[:k_mrr]) if g > 0), 0.0))
             n_rel = sum(g > 0 for g in rel.values())
             recall.append(sum(g > 0 for g in ranked[:k_recall]) / n_rel if n_rel else 0.0)
     return {f"ndcg@{k_ndcg}": float(np.mean(ndcg)), f"mrr@{k_mrr}": float(np.mean(mrr)),
@@ -394,13 +357,14 @@ def load_encoder(spec):
         raise UsageError(f"{source} holds NaN or infinite weights ({bad[0]}): pass a checkpoint from before they diverged")
     encoder = Bert(config)
     encoder.load_state_dict({k[5:]: v for k, v in weights.items() if k.startswith("bert.")})
-    run_args = {}
-    if os.path.isfile(source):
-        cfg = os.path.join(os.path.dirname(source), "config.json")
-        if os.path.isfile(cfg):
-            run_args = checkpoints.read_json(cfg).get("args", {})
-            if not isinstance(run_args, dict):
-                raise UsageError(f'{cfg}: "args" is a JSON {type(run_args).__name__}, not an object; edited?')
+    run_args, cfg = {}, os.path.join(os.path.dirname(source), "config.json")
+    if os.path.isfile(source) and os.path.isfile(cfg):  # a taco checkpoint: its run's settings, checked (edited?)
+        run_args = checkpoints.read_json(cfg).get("args", {})
+        if not isinstance(run_args, dict):
+            raise UsageError(f'{cfg}: "args" is a JSON {type(run_args).__name__}, not an object; edited?')
+        for key, kind, what in (("data", str, "string"), ("max_len", int, "whole number")):  # what the tools read
+            if run_args.get(key) is not None and type(run_args[key]) is not kind:
+                raise UsageError(f"{cfg} has {key} = {json.dumps(run_args[key])}, not a {what}; edited?")
     return encoder.eval(), tok, run_args, source
 
 
@@ -428,34 +392,9 @@ def sentence_defaults(source):
     return pooling or "cls", "cos", "its sentence-transformers config"
 
 
-def _run_arg(run_args, key, kind, source):
-    """A setting of the run that wrote `source` (None if absent), checked: its config.json may be edited."""
-    value = run_args.get(key)
-    if value is not None and type(value) is not kind:
-        raise UsageError(f"the config.json beside {source} has {key} = {json.dumps(value)}, not a "
-                         f"{'whole number' if kind is int else 'string'}: pass --{key}")
-    return value
-
-
-def _same_text(a, b):
-    """Whether two --data values name the same sources (paths compared resolved)."""
-    norm = lambda spec: [os.path.realpath(s) if os.path.exists(s) else s
-                         for s in (x.strip() for x in str(spec).split(",")) if s]
-    return norm(a) == norm(b)
-
-
-def _finite(obj):
-    """A copy of a result with NaN / infinities as None: strict JSON (NaN is not JSON)."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
-
-
 def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
-    """Everything this script measures, as one dict: the contextual score with blocks as
-    contexts ("context") and with documents as contexts ("context_doc"), word similarity."""
+    """The probes of the held-out blocks, as one dict: the contextual score with blocks as contexts
+    ("context") and with documents as contexts ("context_doc"), word similarity, self-similarity."""
     return {"context": context_scores(encoder, batches, metrics),
             "context_doc": context_scores(encoder, batches, metrics, tok.sep_id),
             "wordsim": word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs, batches),
@@ -464,10 +403,8 @@ def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
 
 def format_report(result):
     lines = [f"{'contextual score':<26}{'intra':>9}{'inter':>9}{'score':>9}{'ratio':>9}"]
-    for form, label in (("context", "block"), ("context_doc", "document")):
-        for m, r in result[form].items():
-            lines.append(f"  {m + ', ' + label + 's':<24}{r['intra']:>9.4f}{r['inter']:>9.4f}"
-                         f"{r['score']:>9.4f}{r['ratio']:>9.4f}")
+    lines += [f"  {m + ', ' + label + 's':<24}" + "".join(f"{r[k]:>9.4f}" for k in ("intra", "inter", "score", "ratio"))
+              for form, label in (("context", "block"), ("context_doc", "document")) for m, r in result[form].items()]
     lines.append("self-similarity per layer (TaCL): "
                  + ", ".join(f"{i} {v:.3f}" for i, v in enumerate(result["self_similarity"], 1)))
     w = result["wordsim"]
@@ -491,33 +428,30 @@ def main(argv=None):
                            "with --retrieval / --sts, its sentence vectors.", formatter_class=cli.HelpFormatter)
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), "
                    "checkpoint file, or Hugging Face BERT directory with vocab.txt")
-    p.add_argument("--data", default=None, help="text for the contextual score (as taco.py --data); "
-                   "default: the run's own --data, else toy")
-    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="block length; default: the run's, else 128")
+    p.add_argument("--data", help="text for the contextual score (as taco.py --data); default: the run's, else toy")
+    p.add_argument("--max_len", type=int_range(8, 512), help="block length; default: the run's, else 128")
     p.add_argument("--eval_blocks", type=int_range(2), default=64,
                    help="blocks probed: of the run's own text its last ones, as taco.py holds them out (at most a "
                    "tenth); of other text (--data) the first ones, all of it when shorter")
-    p.add_argument("--batch_size", type=int_range(2), default=32,
-                   help="blocks per batch; 'inter' pairs come from one batch")
+    p.add_argument("--batch_size", type=int_range(2), default=32, help="blocks per batch, the pool of 'inter' pairs")
     p.add_argument("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
     p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
                    "or toy: the toy corpus's wordsim.txt")
-    p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--retrieval", default=None, help="also: dense retrieval on a BEIR folder (corpus.jsonl, "
-                   "queries.jsonl, qrels/test.tsv), or toy: the toy grammar's")
-    p.add_argument("--sts", default=None, help="also: Spearman of the cosine of two sentence vectors on an "
-                   "STS-format TSV (sentence1, sentence2, score), or toy")
-    p.add_argument("--pooling", default=None, choices=POOLING, help="sentence vector of --retrieval and --sts: the "
+    p.add_argument("--cache_dir", help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
+    p.add_argument("--retrieval", help="also: dense retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, "
+                   "qrels/test.tsv), or toy: the toy grammar's")
+    p.add_argument("--sts", help="also: Spearman of the cosine of two sentence vectors on an STS-format TSV "
+                   "(sentence1, sentence2, score), or toy")
+    p.add_argument("--pooling", choices=["cls", "mean"], help="sentence vector of --retrieval and --sts: the "
                    "last-layer [CLS] state (RetroMAE's) or the mean over every real token (sentence-transformers'); "
                    "default: a sentence-transformers folder's own, else cls")
-    p.add_argument("--similarity", default=None, choices=["dot", "cos"], help="retrieval score of two sentence "
-                   "vectors; default: cos for a sentence-transformers folder, else dot (RetroMAE's)")
-    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--similarity", choices=["dot", "cos"], help="retrieval score of two sentence vectors; default: "
+                   "cos for a sentence-transformers folder, else dot (RetroMAE's)")
+    p.add_argument("--json", help="also write the results to this JSON file")
     cli.add_threads_flag(p)
-    p.add_argument("--heatmap", default=None, help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's "
-                   "token x token last-layer cosines")
-    p.add_argument("--sentence", default=None, help="the heatmap's sentence (default: TaCL's; for --data toy "
-                   "the toy corpus's first)")
+    p.add_argument("--heatmap", help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's token x token "
+                   "last-layer cosines")
+    p.add_argument("--sentence", help="the heatmap's sentence; default: TaCL's (--data toy: the corpus's first)")
     args = p.parse_args(argv)
     with cli.errors():
         threads = cli.set_threads(args.threads)  # float sums, so the numbers, depend on it
@@ -542,12 +476,13 @@ def main(argv=None):
         if word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["used"] == 0:
             raise UsageError(f"none of the {len(pairs)} pairs of {pairs_file} are two single tokens of "
                              f"this model's vocab; pass --pairs for its vocabulary")
-        run_data = _run_arg(run_args, "data", str, source)
-        data = args.data or run_data or "toy"
-        max_len = args.max_len or _run_arg(run_args, "max_len", int, source) or 128
+        run_data = run_args.get("data")
+        data, max_len = args.data or run_data or "toy", args.max_len or run_args.get("max_len") or 128
         if not 8 <= max_len <= encoder.config.max_position_embeddings:
             raise UsageError(f"--max_len {max_len}: give 8 to {encoder.config.max_position_embeddings}")
-        trained_on = run_data is not None and _same_text(data, run_data)
+        sources = lambda spec: [os.path.realpath(s) if os.path.exists(s) else s
+                                for s in map(str.strip, spec.split(",")) if s]  # paths resolved
+        trained_on = run_data is not None and sources(data) == sources(run_data)
         try:
             held, about = probe_blocks(data, tok, max_len, args.eval_blocks, trained_on, args.cache_dir)
         except DataError as err:
@@ -562,19 +497,18 @@ def main(argv=None):
         result = {"model": source, "data": data, "max_len": max_len, "blocks": len(held), "probe": about,
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
         if beir or sts_pairs:
-            default = sentence_defaults(source)
-            pooling, similarity = args.pooling or default[0], args.similarity or default[1]
-            said = [f"{pooling} pooling ({'--pooling' if args.pooling else default[2]})"]
-            if beir:
-                said.append(f"{similarity} similarity ({'--similarity' if args.similarity else default[2]})")
-            print(f"sentence vectors: {', '.join(said)}")
+            pooling, similarity, why = sentence_defaults(source)
+            pooling, similarity = args.pooling or pooling, args.similarity or similarity
+            print(f"sentence vectors: {pooling} pooling ({'--pooling' if args.pooling else why})"
+                  + (f", {similarity} similarity ({'--similarity' if args.similarity else why})" if beir else ""))
         if beir:
             result["retrieval"] = {"folder": retrieval, **dense_retrieval(encoder, tok, beir, similarity, max_len, pooling)}
         if sts_pairs:
             result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len, pooling)
         print(format_report(result))
         if args.json:  # before the picture: a picture that fails never costs the numbers
-            checkpoints.write_json(args.json, _finite(result))  # all or nothing
+            strict = json.loads(json.dumps(result), parse_constant=lambda nan: None)  # NaN, Infinity: null
+            checkpoints.write_json(args.json, strict)  # all or nothing
         if args.heatmap:
             tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
             plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)
