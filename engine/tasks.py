@@ -47,8 +47,9 @@ TASKS = {task_key(t.name): t for t in (  # WNLI is left out, as in the paper
     Task("MRPC", PAIR, BINARY, ("f1", "acc"), tsv=("#1 String", "#2 String", "Quality")),
     Task("STS-B", PAIR, None, ("pearson", "spearman"), tsv=(*PAIR, "score")),
     Task("QQP", ("question1", "question2"), BINARY, ("f1", "acc"), tsv=("question1", "question2", "is_duplicate")),
-    Task("MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"), ("acc",), tsv=(*PAIR, "gold_label"),
-         evals=(("m", "dev_matched", "test_matched"), ("mm", "dev_mismatched", "test_mismatched"))),
+    Task("MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"), ("acc",),
+         tsv=(*PAIR, "gold_label"), evals=(("m", "dev_matched", "test_matched"),
+                                            ("mm", "dev_mismatched", "test_mismatched"))),
     Task("QNLI", ("question", "sentence"), NLI, ("acc",)),
     Task("RTE", PAIR, NLI, ("acc",)),
     Task("toy", PAIR, BINARY, ("acc", "f1")),  # the toy corpus's pair task: one topic or two? (GLUE's layout)
@@ -83,7 +84,8 @@ def pearson(x, y):
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:  # a constant has no correlation
         return 0.0
-    return float(np.corrcoef(x, y)[0, 1])
+    x, y = x - x.mean(), y - y.mean()
+    return float((x @ y) / math.sqrt((x @ x) * (y @ y)))
 
 
 def spearman(x, y):
