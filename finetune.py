@@ -35,13 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from data import WordPieceTokenizer, load_tokenizer
-from engine import checkpoints, fast
-from engine.checkpoints import find_weights, load_taco, vocab_beside
-from engine.cli import UsageError
-from engine.finetuning import (FT_RECIPES, check_fit, check_outputs, choose_ft_recipe, find_tasks, format_table,
-                               get_args, prediction_file, save_best, saved_task, scored, summarize, warmup_steps,
-                               write_tsv)
-from engine.hf import read_weights
+from engine import checkpoints, fast, finetuning, hf
 from engine.runs import setup_distributed
 from engine.tasks import METRICS, TASKS, FinetuneError, load_split, read_examples
 from engine.toy import toy_corpus
@@ -82,18 +76,18 @@ def load_pretrained(spec):
     """A taco run directory (its newest valid checkpoint), a checkpoint file, or a Hugging Face directory ->
     (config, encoder weights under our names, vocab.txt path, the file or folder used); the task head is new."""
     try:
-        source, is_hf = find_weights(spec)
-    except UsageError as err:
+        source, is_hf = checkpoints.find_weights(spec)
+    except cli.UsageError as err:
         raise FinetuneError(f"--model {err}") from err
     try:
         if is_hf:
             config = BertConfig.from_dict(checkpoints.read_json(os.path.join(spec, "config.json")))
             model = BertForSequenceClassification(config)
-            fresh = load_hf_state_dict(model, {k: v for k, v in read_weights(spec).items()
+            fresh = load_hf_state_dict(model, {k: v for k, v in hf.read_weights(spec).items()
                                                if not k.startswith("classifier.")})
             weights = {k: v for k, v in model.state_dict().items() if k not in fresh}
         else:  # taco: the encoder of BertForPreTraining, and the pooler an --init brought
-            source, state = load_taco(spec, source)  # a run saving there may rotate checkpoints away
+            source, state = checkpoints.load_taco(spec, source)  # a run saving there may rotate checkpoints away
             config = BertConfig.from_dict(state["model_config"])
             weights = {k: v for k, v in state["model"].items() if k.startswith(("bert.", "pooler."))}
         missing, unexpected = BertForSequenceClassification(config).load_state_dict(weights, strict=False)
@@ -101,7 +95,7 @@ def load_pretrained(spec):
         raise FinetuneError(f"cannot load --model {spec}: {cli.reason(err)}") from err
     if unexpected or any(not k.startswith(("pooler.", "classifier.")) for k in missing):
         raise FinetuneError(f"{source} does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    vocab = vocab_beside(source)
+    vocab = checkpoints.vocab_beside(source)
     if not os.path.isfile(vocab):
         raise FinetuneError(f"{vocab} is missing; copy there the vocab.txt the model was pre-trained with")
     return config, weights, vocab, source
@@ -123,7 +117,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     train, n = data["train"], len(data["train"]["ids"])
     steps_per_epoch = math.ceil((n + (-n) % world) / batch_size)
     total = steps_per_epoch * epochs
-    warmup = warmup_steps(args.warmup, total)
+    warmup = finetuning.warmup_steps(args.warmup, total)
     if warmup > total and args.rank == 0:  # --warmup 100 on a small task of your own
         print(f"warning: {task.name}: warm-up {warmup} steps > the {total} steps of training: the lr never reaches "
               f"{lr:g}; pass a fraction, e.g. --warmup 0.1", file=sys.stderr)
@@ -163,12 +157,12 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
                     raise FinetuneError(f"{task.name}: loss is {value} at step {step}; lower --lr")
                 bar.set_postfix(loss=f"{value:.4f}")
         if args.rank == 0:  # evaluation on rank 0 alone; the others wait at the next collective
-            record["per_epoch"].append({"epoch": epoch, **evaluate(raw, task, data, args)})
-            print(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in record["per_epoch"][-1].items() if k != "epoch"))
-    if args.rank == 0:
-        record["metrics"] = {k: v for k, v in record["per_epoch"][-1].items() if k != "epoch"}
-        record["best_epoch"] = max(record["per_epoch"], key=lambda e: e["main"])["epoch"]
-        record["time_s"] = round(time.time() - t0, 1)
+            scores = evaluate(raw, task, data, args)
+            record["per_epoch"].append({"epoch": epoch, **scores})
+            print(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+    if args.rank == 0:  # the score is the last epoch's; the best epoch is recorded for reference
+        record.update(metrics=scores, best_epoch=max(record["per_epoch"], key=lambda e: e["main"])["epoch"],
+                      time_s=round(time.time() - t0, 1))
     return record, raw
 
 
@@ -206,7 +200,7 @@ def write_predictions(model, task, data, args):
     """GLUE server files `index<TAB>prediction`: label names, or STS-B scores within [0, 5]."""
     for suffix, _, test in task.evals:
         preds, _ = predict(model, data[test], task.labels is None, args)
-        write_tsv(os.path.join(args.out, prediction_file(task, suffix)), "index\tprediction",
+        finetuning.write_tsv(os.path.join(args.out, finetuning.prediction_file(task, suffix)), "index\tprediction",
                   [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}"
                    for i, p in zip(data[test]["index"], preds)])
 
@@ -215,7 +209,7 @@ def predict_file(args):
     """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for every
     example of FILE -> OUT/predict/<FILE's name>.tsv (never --predict_test's files; without --force, never
     an earlier prediction)."""
-    task, max_len = saved_task(args.model)
+    task, max_len = finetuning.saved_task(args.model)
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
     out = os.path.join(args.out, "predict", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
     if os.path.exists(out) and not args.force:
@@ -231,9 +225,9 @@ def predict_file(args):
     except Exception as err:  # edited or damaged files of the saved classifier: which folder, in one line
         raise FinetuneError(f"cannot load --model {args.model}: {cli.reason(err)}") from err
     max_len, args.pad_id = args.max_len or max_len, tok.pad_id
-    check_fit(tok, max_len, model.config, args.model)
+    finetuning.check_fit(tok, max_len, model.config, args.model)
     preds, prob = predict(model.to(args.device), encode(tok, data, max_len), task.labels is None, args)
-    write_tsv(out, "index\tprediction" + "\tprobability" * (task.labels is not None),
+    finetuning.write_tsv(out, "index\tprediction" + "\tprobability" * (task.labels is not None),
               [f"{i}\t{p:.4f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}\t{q:.4f}"
                for i, p, q in zip(data["index"], preds, prob)])
     print(f"{task.name}: {len(preds)} predictions of {args.model} for {args.predict} in {out}")
@@ -249,17 +243,17 @@ def finetune(args):
         return predict_file(args)
     args.rank, _, args.world, args.device = setup_distributed(args.device)
     cli.set_threads(args.threads)
-    tasks = find_tasks(args)  # [(Task, its folder or None)]
+    tasks = finetuning.find_tasks(args)  # [(Task, its folder or None)]
     config, weights, vocab, args.source = load_pretrained(args.model)
     origin = "huggingface" if os.path.isdir(args.source) else checkpoints.trained_with(args.source)[1]["recipe"]
-    recipe, why = choose_ft_recipe(config, origin)
-    vars(args).update({k: v for k, v in FT_RECIPES[recipe].items() if getattr(args, k) is None})
+    recipe, why = finetuning.choose_ft_recipe(config, origin)
+    vars(args).update({k: v for k, v in finetuning.FT_RECIPES[recipe].items() if getattr(args, k) is None})
     args.max_len = args.max_len or 128
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
-    check_outputs(tasks, grid, args)  # output names, OUT/best/TASK, batch sizes: now, not after the training
+    finetuning.check_outputs(tasks, grid, args)  # output names, OUT/best/TASK, batch sizes: now, not after training
     tok = load_tokenizer(vocab)
-    check_fit(tok, args.max_len, config, args.model)
+    finetuning.check_fit(tok, args.max_len, config, args.model)
     args.pad_id = tok.pad_id
     args.dtype, args.autocast = cli.precision(args.device, args.dtype)  # bf16 on capable CUDA, else fp32
     results = os.path.join(args.out, "results.jsonl")
@@ -282,14 +276,15 @@ def finetune(args):
             if args.rank == 0:
                 os.makedirs(args.out, exist_ok=True)  # only now: a mistake found before leaves no folder
                 checkpoints.append_jsonl(results, record)
-                save_best(model, task, record, tok, args)
+                finetuning.save_best(model, task, record, tok, args)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
     if args.rank == 0:
-        summary = summarize(scored(checkpoints.read_jsonl(results), results))  # a line torn by a kill is dropped
+        # a line torn by a kill is dropped; one without finite scores is left out with a warning
+        summary = finetuning.summarize(finetuning.scored(checkpoints.read_jsonl(results), results))
         checkpoints.write_json(os.path.join(args.out, "summary.json"), summary)
-        print(format_table(summary))
+        print(finetuning.format_table(summary))
     if args.world > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
@@ -298,7 +293,7 @@ def finetune(args):
 def main(argv=None):
     """The command line; user mistakes end in one `error:` line (cli.errors, docs/robustness.md)."""
     with cli.errors():
-        finetune(get_args(argv))
+        finetune(finetuning.get_args(argv))
 
 
 if __name__ == "__main__":
