@@ -144,10 +144,10 @@ def load_split(task, split, data_dir=None, cache_dir=None):
     A training split that lacks a class of the task's labels is a warning (it is never learnt)."""
     if data_dir is None:
         from datasets import load_dataset  # a slow import, needed only for the hub
-        hub = (task_key(task.name), split.replace("dev", "validation"))
-        where = "nyu-mll/glue {} {}".format(*hub)
+        config, hub_split = task_key(task.name), split.replace("dev", "validation")
+        where = f"nyu-mll/glue {config} {hub_split}"
         try:
-            cols = load_dataset("nyu-mll/glue", hub[0], split=hub[1], cache_dir=cache_dir).to_dict()
+            cols = load_dataset("nyu-mll/glue", config, split=hub_split, cache_dir=cache_dir).to_dict()
         except Exception as err:  # offline, no such split, ...: one line, not a traceback
             raise FinetuneError(f"cannot load {where} from the hub ({err.__class__.__name__}); "
                                 f"offline, pass --data_dir with the GLUE files") from err
@@ -201,8 +201,10 @@ def to_label(task, value, where):
         if task.labels is None:
             if math.isfinite(y := float(value)):  # "nan" and "inf" parse, but are no score
                 return y
-        elif 0 <= (y := int(task.labels.index(str(value)) if str(value) in task.labels else value)) < len(task.labels):
-            return y
+        else:
+            y = task.labels.index(str(value)) if str(value) in task.labels else int(value)
+            if 0 <= y < len(task.labels):
+                return y
     except (TypeError, ValueError, OverflowError):
         pass
     kind = "a finite number" if task.labels is None else "one of " + ", ".join(task.labels)
