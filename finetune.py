@@ -200,9 +200,10 @@ def write_predictions(model, task, data, args):
     """GLUE server files `index<TAB>prediction`: label names, or STS-B scores within [0, 5]."""
     for suffix, _, test in task.evals:
         preds, _ = predict(model, data[test], task.labels is None, args)
-        finetuning.write_tsv(os.path.join(args.out, finetuning.prediction_file(task, suffix)), "index\tprediction",
-                  [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}"
-                   for i, p in zip(data[test]["index"], preds)])
+        rows = [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}"
+                for i, p in zip(data[test]["index"], preds)]
+        path = os.path.join(args.out, finetuning.prediction_file(task, suffix))
+        finetuning.write_tsv(path, "index\tprediction", rows)
 
 
 def predict_file(args):
@@ -227,9 +228,9 @@ def predict_file(args):
     max_len, args.pad_id = args.max_len or max_len, tok.pad_id
     finetuning.check_fit(tok, max_len, model.config, args.model)
     preds, prob = predict(model.to(args.device), encode(tok, data, max_len), task.labels is None, args)
-    finetuning.write_tsv(out, "index\tprediction" + "\tprobability" * (task.labels is not None),
-              [f"{i}\t{p:.4f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}\t{q:.4f}"
-               for i, p, q in zip(data["index"], preds, prob)])
+    rows = [f"{i}\t{p:.4f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}\t{q:.4f}"
+            for i, p, q in zip(data["index"], preds, prob)]
+    finetuning.write_tsv(out, "index\tprediction" + "\tprobability" * (task.labels is not None), rows)
     print(f"{task.name}: {len(preds)} predictions of {args.model} for {args.predict} in {out}")
 
 

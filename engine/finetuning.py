@@ -90,7 +90,8 @@ def check_fit(tok, max_len, config, model):
     if tok.vocab_size != config.vocab_size or not 4 <= max_len <= config.max_position_embeddings:
         raise FinetuneError(f"--model {model}: {tok.vocab_size} tokens in {os.path.basename(tok.vocab_file)} and "
                             f"max_len {max_len}, but the model was pre-trained with {config.vocab_size} tokens and "
-                            f"{config.max_position_embeddings} positions; use the vocab.txt that came with it")
+                            f"{config.max_position_embeddings} positions: its own vocab.txt, a --max_len of 4 to "
+                            f"{config.max_position_embeddings}")
 
 
 # ----------------------------------------------------------------------------- files of the outputs
@@ -213,13 +214,6 @@ def format_table(summary):
 
 # ----------------------------------------------------------------------------- command line
 
-def metric(name):
-    """argparse `type=` of --metrics: one of METRICS."""
-    if name not in METRICS:
-        raise argparse.ArgumentTypeError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
-    return name
-
-
 def get_args(argv=None):
     p = cli.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -230,7 +224,7 @@ def get_args(argv=None):
     p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a task of your own: its text column, "
                    "or two for a pair; None: every column but the label and an id")
     p.add_argument("--label_column", default="label", help="a task of your own: its label column")
-    p.add_argument("--metrics", type=cli.list_of(metric), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
+    p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
                    "their mean is its score; None: acc, or pearson,spearman for numbers")
     p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs (MNLI: dev_matched, "
                    "...) or .csv/.json/.jsonl with the hub's columns, or one folder per task named as GLUE does (CoLA)")
@@ -273,6 +267,8 @@ def get_args(argv=None):
                    "text columns, or one per line) with --model OUT/best/TASK: OUT/predict/<name>.tsv")
     p.add_argument("--force", action="store_true", help="--predict: replace an earlier OUT/predict/<name>.tsv")
     args = p.parse_args(argv)
+    if bad := next((m for m in args.metrics or () if m not in METRICS), None):
+        p.error(f"argument --metrics: unknown metric {bad!r}; choose from {', '.join(METRICS)}")
     if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
         p.error(f"argument --warmup: {args.warmup:g} is neither a fraction below 1 nor a whole number of steps")
     return args

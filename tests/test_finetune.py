@@ -454,6 +454,7 @@ def test_predict_and_task_flag_mistakes_are_one_line_exit_2(models, tmp_path, ca
     for argv, hint in ((["--predict", str(tmp_path / "new.txt"), "--model", models["dir"]], "is not one"),
                        (["--predict", str(tmp_path / "nothing.txt"), "--model", models["dir"]], "is not one"),
                        (["--metrics", "acc,auc"], "unknown metric 'auc'; choose from acc, f1, mcc"),
+                       (["--warmup", "2.5"], "--warmup: 2.5 is neither a fraction below 1 nor a whole number"),
                        (["--task", "sst2", "--label_column", "y"], "--label_column: for a task of your own")):
         with pytest.raises(SystemExit) as exit_info:
             run(argv + ["--out", str(tmp_path / "out")])
