@@ -14,12 +14,12 @@
     python finetune.py --predict new_reviews.txt --model runs/finetune/best/reviews
 
 Each run (task x configuration x seed) is scored on dev after every epoch; its score is its last epoch's
-(the epochs are a grid setting: picking the best epoch too would select on dev twice). A task's main score
-(CoLA MCC; MRPC, QQP the mean of F1 and accuracy; STS-B of Pearson and Spearman; MNLI matched accuracy; the
-toy task accuracy and F1; the others accuracy) picks its configuration and makes the GLUE average. OUT holds
-results.jsonl, summary.json (mean, std, median over seeds) and best/TASK (the best classifier, Hugging Face
-format). The engineering: flags, recipes (FT_RECIPES, by what the model is), checks and the summary in
-engine/finetuning.py; tasks, their files and metrics in engine/tasks.py.
+(the epochs are a grid setting: also picking the best epoch would select on dev twice). A task's main score
+(CoLA MCC; MRPC, QQP the mean of F1 and accuracy; STS-B of Pearson and Spearman; MNLI matched accuracy; toy
+accuracy and F1; the others accuracy) picks its configuration and makes the GLUE average. OUT: results.jsonl,
+summary.json (mean, std, median over seeds), best/TASK (the best classifier, Hugging Face format). The
+engineering: engine/finetuning.py (flags, recipes, checks, output files, summary), engine/tasks.py (tasks,
+their files, metrics).
 """
 import math
 import os

@@ -226,11 +226,10 @@ def find_task(spec, text_columns=None, label_column="label", metrics=None):
 
 
 def folder_task(folder, text_columns=None, label_column="label", metrics=None):
-    """A task described by its files, named by its folder: train and dev (or validation) splits with
-    a header row, the label in `label_column`, the text in `text_columns` (default: every other
-    column but an id; one text, or a pair); the labels in labels.txt, one per line in class order
-    (default: train's label values sorted; numbers that are not all whole make it a regression);
-    `metrics` (default: accuracy, or Pearson and Spearman for a regression), whose mean is its score."""
+    """A task described by its files, named by its folder: train and dev (or validation) splits with a header
+    row, the label in `label_column`, the text in `text_columns` (default: every other column but an id; one
+    text or a pair), the labels (read_labels), `metrics` (default: accuracy, or Pearson and Spearman for a
+    regression), whose mean is its score."""
     name, train = os.path.basename(os.path.normpath(folder)), split_file(folder, "train")
     dev = next((s for s in ("dev", "validation") if split_file(folder, s)), None)
     if train is None or dev is None:
