@@ -13,16 +13,13 @@
     python finetune.py --task data/reviews --label_column sentiment --model hf/minilm
     python finetune.py --predict new_reviews.txt --model runs/finetune/best/reviews
 
-Each run (task x configuration x seed) evaluates on dev after every epoch. Its score is
-its last epoch's: the number of epochs is a grid hyper-parameter, so also picking the best
-epoch would select on dev twice (the best epoch is recorded for reference). Every task
-has one main score, used to pick the configuration and for the GLUE average: CoLA MCC;
-SST-2, QNLI, RTE accuracy; MNLI matched accuracy; MRPC and QQP the mean of F1 and
-accuracy, STS-B the mean of Pearson and Spearman (as on the GLUE leaderboard); the toy
-task the mean of accuracy and F1. Results: OUT/results.jsonl (one line per run, appended),
-OUT/summary.json and a printed table (best configuration per task; mean, std, median over seeds),
-OUT/best/TASK (the best run's classifier, Hugging Face format). The recipe (FT_RECIPES) follows
-what the model is: a taco toy run gets the toy one, any other model the authors'.
+Each run (task x configuration x seed) is scored on dev after every epoch; its score is its last epoch's
+(the epochs are a grid setting: also picking the best epoch would select on dev twice). A task's main score
+(CoLA MCC; MRPC, QQP the mean of F1 and accuracy; STS-B of Pearson and Spearman; MNLI matched accuracy; toy
+accuracy and F1; the others accuracy) picks its configuration and makes the GLUE average. OUT: results.jsonl,
+summary.json (mean, std, median over seeds), best/TASK (the best classifier, Hugging Face format). The
+engineering: engine/finetuning.py (flags, recipes, checks, output files, summary), engine/tasks.py (tasks,
+their files, metrics).
 """
 import math
 import os
@@ -38,14 +35,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from data import WordPieceTokenizer, load_tokenizer
-from engine import checkpoints, fast, folders
-from engine.checkpoints import find_weights, load_taco, vocab_beside
-from engine.cli import UsageError
-from engine.finetuning import (FT_RECIPES, choose_ft_recipe, format_table, get_args, save_best, scored, summarize,
-                               warmup_steps)
-from engine.hf import read_weights
+from engine import checkpoints, fast, finetuning, hf
 from engine.runs import setup_distributed
-from engine.tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task, load_split, read_examples
+from engine.tasks import METRICS, TASKS, FinetuneError, load_split, read_examples
 from engine.toy import toy_corpus
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict
 from taco import configure_optimizer, get_lr
@@ -81,24 +73,21 @@ def collate(split, idx, pad_id, device):
 # ----------------------------------------------------------------------------- model
 
 def load_pretrained(spec):
-    """-> (config, encoder weights under our names, vocab.txt path, the file or folder used).
-
-    `spec`: a taco run directory (its newest valid checkpoint), a checkpoint file, or a
-    Hugging Face directory (config.json + weights + vocab.txt). The task head is always new.
-    """
+    """A taco run directory (its newest valid checkpoint), a checkpoint file, or a Hugging Face directory ->
+    (config, encoder weights under our names, vocab.txt path, the file or folder used); the task head is new."""
     try:
-        source, is_hf = find_weights(spec)
-    except UsageError as err:
+        source, is_hf = checkpoints.find_weights(spec)
+    except cli.UsageError as err:
         raise FinetuneError(f"--model {err}") from err
     try:
         if is_hf:
             config = BertConfig.from_dict(checkpoints.read_json(os.path.join(spec, "config.json")))
             model = BertForSequenceClassification(config)
-            fresh = load_hf_state_dict(model, {k: v for k, v in read_weights(spec).items()
+            fresh = load_hf_state_dict(model, {k: v for k, v in hf.read_weights(spec).items()
                                                if not k.startswith("classifier.")})
             weights = {k: v for k, v in model.state_dict().items() if k not in fresh}
         else:  # taco: the encoder of BertForPreTraining, and the pooler an --init brought
-            source, state = load_taco(spec, source)  # a run saving there may rotate checkpoints away
+            source, state = checkpoints.load_taco(spec, source)  # a run saving there may rotate checkpoints away
             config = BertConfig.from_dict(state["model_config"])
             weights = {k: v for k, v in state["model"].items() if k.startswith(("bert.", "pooler."))}
         missing, unexpected = BertForSequenceClassification(config).load_state_dict(weights, strict=False)
@@ -106,7 +95,7 @@ def load_pretrained(spec):
         raise FinetuneError(f"cannot load --model {spec}: {cli.reason(err)}") from err
     if unexpected or any(not k.startswith(("pooler.", "classifier.")) for k in missing):
         raise FinetuneError(f"{source} does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    vocab = vocab_beside(source)
+    vocab = checkpoints.vocab_beside(source)
     if not os.path.isfile(vocab):
         raise FinetuneError(f"{vocab} is missing; copy there the vocab.txt the model was pre-trained with")
     return config, weights, vocab, source
@@ -118,9 +107,8 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     """Fine-tune a fresh copy of the pre-trained model -> (results.jsonl record, model)."""
     regression, world, device = task.labels is None, args.world, args.device
     torch.manual_seed(seed)  # the same head init on every rank
-    raw = BertForSequenceClassification(config, num_labels=1 if regression else len(task.labels))
+    raw = BertForSequenceClassification(config, num_labels=1 if regression else len(task.labels)).to(device)
     raw.load_state_dict(weights, strict=False)
-    raw.to(device)
     if not args.plain:
         fast.speed_up(raw)  # faster CPU dropout and attention: the same computation (engine/fast.py)
     model = DDP(raw, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else raw
@@ -129,7 +117,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     train, n = data["train"], len(data["train"]["ids"])
     steps_per_epoch = math.ceil((n + (-n) % world) / batch_size)
     total = steps_per_epoch * epochs
-    warmup = warmup_steps(args.warmup, total)
+    warmup = finetuning.warmup_steps(args.warmup, total)
     if warmup > total and args.rank == 0:  # --warmup 100 on a small task of your own
         print(f"warning: {task.name}: warm-up {warmup} steps > the {total} steps of training: the lr never reaches "
               f"{lr:g}; pass a fraction, e.g. --warmup 0.1", file=sys.stderr)
@@ -169,19 +157,19 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
                     raise FinetuneError(f"{task.name}: loss is {value} at step {step}; lower --lr")
                 bar.set_postfix(loss=f"{value:.4f}")
         if args.rank == 0:  # evaluation on rank 0 alone; the others wait at the next collective
-            record["per_epoch"].append({"epoch": epoch, **evaluate(raw, task, data, args)})
-            print(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in record["per_epoch"][-1].items() if k != "epoch"))
-    if args.rank == 0:
-        record["metrics"] = {k: v for k, v in record["per_epoch"][-1].items() if k != "epoch"}
-        record["best_epoch"] = max(record["per_epoch"], key=lambda e: e["main"])["epoch"]
-        record["time_s"] = round(time.time() - t0, 1)
+            scores = evaluate(raw, task, data, args)
+            record["per_epoch"].append({"epoch": epoch, **scores})
+            print(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+    if args.rank == 0:  # the score is the last epoch's; the best epoch is recorded for reference
+        record.update(metrics=scores, best_epoch=max(record["per_epoch"], key=lambda e: e["main"])["epoch"],
+                      time_s=round(time.time() - t0, 1))
     return record, raw
 
 
 @torch.no_grad()
-def predict(model, split, regression, args, probabilities=False):
-    """Class ids (or regression values) for every example of a split, in its order; with
-    `probabilities`, also the softmax probability of each predicted class."""
+def predict(model, split, regression, args):
+    """-> class ids (or regression values) for every example of a split, in its order, and the
+    softmax probability of each predicted class."""
     model.eval()
     order = np.argsort([len(s) for s in split["ids"]], kind="stable")  # similar lengths: little padding
     out, prob = np.zeros(len(order)), np.ones(len(order))
@@ -192,14 +180,14 @@ def predict(model, split, regression, args, probabilities=False):
         out[idx] = (logits[:, 0] if regression else logits.argmax(-1)).cpu().numpy()
         if not regression:
             prob[idx] = logits.softmax(-1).max(-1).values.cpu().numpy()
-    return (out, prob) if probabilities else out
+    return out, prob
 
 
 def evaluate(model, task, data, args):
     """Every dev metric of the task (MNLI: acc_m and acc_mm), and the main score."""
     metrics = {}
     for suffix, dev, _ in task.evals:
-        preds = predict(model, data[dev], task.labels is None, args)
+        preds, _ = predict(model, data[dev], task.labels is None, args)
         if not np.isfinite(preds).all():  # a diverged model: no score rather than a NaN one
             raise FinetuneError(f"{task.name}: the model's {dev} predictions are not finite (diverged); lower --lr")
         for m in task.metrics:
@@ -208,40 +196,21 @@ def evaluate(model, task, data, args):
     return metrics
 
 
-def submission(task, suffix):
-    """OUT's file of a task's test predictions (MNLI: one per test set), GLUE's names."""
-    return os.path.join("predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
-
-
 def write_predictions(model, task, data, args):
     """GLUE server files `index<TAB>prediction`: label names, or STS-B scores within [0, 5]."""
-    os.makedirs(os.path.join(args.out, "predictions"), exist_ok=True)
     for suffix, _, test in task.evals:
-        preds = predict(model, data[test], task.labels is None, args)
-        lines = ["index\tprediction"] + [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None
-                                         else f"{i}\t{task.labels[int(p)]}" for i, p in zip(data[test]["index"], preds)]
-        checkpoints.write_bytes(os.path.join(args.out, submission(task, suffix)), ("\n".join(lines) + "\n").encode())
+        preds, _ = predict(model, data[test], task.labels is None, args)
+        rows = [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}"
+                for i, p in zip(data[test]["index"], preds)]
+        path = os.path.join(args.out, finetuning.prediction_file(task, suffix))
+        finetuning.write_tsv(path, "index\tprediction", rows)
 
 
 def predict_file(args):
-    """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for
-    every example of FILE -> OUT/predict/<FILE's name>.tsv (never one of --predict_test's files, nor,
-    without --force, an earlier prediction)."""
-    path = os.path.join(args.model, "config.json")
-    about = checkpoints.read_json(path).get("taco_task") if os.path.isfile(path) else None
-    if not isinstance(about, dict):
-        raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
-                            f"{args.model} is not one")
-    try:  # the task it was trained on, as finetune.py wrote it (save_best)
-        text, labels = tuple(map(str, about["text"])), about["labels"]
-        labels = None if labels is None else tuple(map(str, labels))  # None: a regression
-        task = Task(str(about["name"]), None, text, (*text, str(about["label"])), labels, ())
-        max_len = int(about["max_len"])
-    except (KeyError, TypeError, ValueError):
-        text = ()
-    if not 1 <= len(text) <= 2:
-        raise FinetuneError(f"{path}: its taco_task is not what finetune.py writes (edited?); restore it, or "
-                            f"fine-tune again")
+    """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for every
+    example of FILE -> OUT/predict/<FILE's name>.tsv (never --predict_test's files; without --force, never
+    an earlier prediction)."""
+    task, max_len = finetuning.saved_task(args.model)
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
     out = os.path.join(args.out, "predict", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
     if os.path.exists(out) and not args.force:
@@ -251,23 +220,18 @@ def predict_file(args):
     args.dtype, args.autocast = cli.precision(args.device, "fp32")  # predictions in full precision
     cli.set_threads(args.threads)
     try:
-        model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels or "x"))
+        model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(task.labels or "x"))
         lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
         tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower is not False)
     except Exception as err:  # edited or damaged files of the saved classifier: which folder, in one line
         raise FinetuneError(f"cannot load --model {args.model}: {cli.reason(err)}") from err
-    max_len, cfg = args.max_len or max_len, model.config
-    if tok.vocab_size != cfg.vocab_size or not 4 <= max_len <= cfg.max_position_embeddings:  # an edited file
-        raise FinetuneError(f"--model {args.model}: {tok.vocab_size} tokens in vocab.txt and max_len {max_len}; its "
-                            f"config.json: {cfg.vocab_size} tokens, {cfg.max_position_embeddings} positions")
-    args.pad_id = tok.pad_id
-    preds, prob = predict(model.to(args.device), encode(tok, data, max_len), labels is None, args, True)
-    rows = [f"{i}\t{p:.4f}" if labels is None else f"{i}\t{labels[int(p)]}\t{q:.4f}"
+    max_len, args.pad_id = args.max_len or max_len, tok.pad_id
+    finetuning.check_fit(tok, max_len, model.config, args.model)
+    preds, prob = predict(model.to(args.device), encode(tok, data, max_len), task.labels is None, args)
+    rows = [f"{i}\t{p:.4f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}\t{q:.4f}"
             for i, p, q in zip(data["index"], preds, prob)]
-    header = "index\tprediction" + "\tprobability" * (labels is not None)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    checkpoints.write_bytes(out, ("\n".join([header] + rows) + "\n").encode())
-    print(f"{task.name}: {len(rows)} predictions of {args.model} for {args.predict} in {out}")
+    finetuning.write_tsv(out, "index\tprediction" + "\tprobability" * (task.labels is not None), rows)
+    print(f"{task.name}: {len(preds)} predictions of {args.model} for {args.predict} in {out}")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -280,35 +244,17 @@ def finetune(args):
         return predict_file(args)
     args.rank, _, args.world, args.device = setup_distributed(args.device)
     cli.set_threads(args.threads)
-    specs = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
-    tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics) for spec in specs]  # (Task, folder)
-    own = [f"--{f}" for f in ("text_columns", "metrics") if getattr(args, f)]
-    own += ["--label_column"] * (args.label_column != "label")
-    if own and all(task in TASKS.values() for task, _ in tasks):
-        raise FinetuneError(f"{', '.join(own)}: for a task of your own (--task FOLDER), not {specs[0]}")
-    if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
-        raise FinetuneError(f"--warmup {args.warmup}: give a fraction below 1 or a whole number of steps")
+    tasks = finetuning.find_tasks(args)  # [(Task, its folder or None)]
     config, weights, vocab, args.source = load_pretrained(args.model)
     origin = "huggingface" if os.path.isdir(args.source) else checkpoints.trained_with(args.source)[1]["recipe"]
-    recipe, why = choose_ft_recipe(config, origin)
-    vars(args).update({k: v for k, v in FT_RECIPES[recipe].items() if getattr(args, k) is None})
+    recipe, why = finetuning.choose_ft_recipe(config, origin)
+    vars(args).update({k: v for k, v in finetuning.FT_RECIPES[recipe].items() if getattr(args, k) is None})
     args.max_len = args.max_len or 128
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
-    outputs = [t.name for t, _ in tasks] + [submission(t, e[0]) for t, _ in tasks for e in t.evals]
-    if len(set(outputs)) < len(outputs):  # best/NAME, predictions/NAME.tsv and the summary would mix them
-        raise FinetuneError(f"the tasks {', '.join(t.name for t, _ in tasks)} would write outputs of one name "
-                            f"(best/NAME, predictions/NAME.tsv): rename a task's folder")
-    for task, _ in tasks:  # a folder in the way of the best classifier: now, not after the training
-        folders.check(os.path.join(args.out, "best", task.name), "finetune.py", True, {"--model": args.model})
-    if any(bs % args.world for _, bs, _, _ in grid):
-        raise FinetuneError(f"batch sizes must be multiples of the number of processes, {args.world}")
-    if not 4 <= args.max_len <= config.max_position_embeddings:
-        raise FinetuneError(f"--max_len {args.max_len}: give 4 to {config.max_position_embeddings}")
+    finetuning.check_outputs(tasks, grid, args)  # output names, OUT/best/TASK, batch sizes: now, not after training
     tok = load_tokenizer(vocab)
-    if tok.vocab_size != config.vocab_size:
-        raise FinetuneError(f"{vocab} has {tok.vocab_size} tokens but the model was pre-trained with "
-                            f"{config.vocab_size}; use the vocab.txt that came with --model")
+    finetuning.check_fit(tok, args.max_len, config, args.model)
     args.pad_id = tok.pad_id
     args.dtype, args.autocast = cli.precision(args.device, args.dtype)  # bf16 on capable CUDA, else fp32
     results = os.path.join(args.out, "results.jsonl")
@@ -318,7 +264,7 @@ def finetune(args):
               f"{warmup}, weight decay {args.weight_decay:g} | {len(grid)} run(s) per task | {args.dtype} on "
               f"{args.device.type} x {args.world}")
     for task, folder in tasks:
-        data_dir = folder or args.data_dir or (os.path.join(toy_corpus(args.cache_dir), "glue") if task.name == "toy"
+        data_dir = folder or args.data_dir or (os.path.join(toy_corpus(args.cache_dir), "glue") if task is TASKS["toy"]
                                                else None)
         if data_dir and os.path.isdir(os.path.join(data_dir, task.name)):  # glue_data/CoLA, ...
             data_dir = os.path.join(data_dir, task.name)
@@ -331,14 +277,15 @@ def finetune(args):
             if args.rank == 0:
                 os.makedirs(args.out, exist_ok=True)  # only now: a mistake found before leaves no folder
                 checkpoints.append_jsonl(results, record)
-                save_best(model, task, record, tok, args)
+                finetuning.save_best(model, task, record, tok, args)
                 if args.predict_test and record["metrics"]["main"] > best:
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
     if args.rank == 0:
-        summary = summarize(scored(checkpoints.read_jsonl(results), results))  # a line torn by a kill is dropped
+        # a line torn by a kill is dropped; one without finite scores is left out with a warning
+        summary = finetuning.summarize(finetuning.scored(checkpoints.read_jsonl(results), results))
         checkpoints.write_json(os.path.join(args.out, "summary.json"), summary)
-        print(format_table(summary))
+        print(finetuning.format_table(summary))
     if args.world > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
@@ -347,7 +294,7 @@ def finetune(args):
 def main(argv=None):
     """The command line; user mistakes end in one `error:` line (cli.errors, docs/robustness.md)."""
     with cli.errors():
-        finetune(get_args(argv))
+        finetune(finetuning.get_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
-"""finetune.py's engineering: its flags, the recipes that fill in their defaults by what the model
-is, the best classifier's folder, and the summary over seeds (summary.json and the printed table).
-"""
+"""finetune.py's engineering: its flags and the recipes that fill in their defaults by what the model is,
+the checks before any work, its output files (the best classifier, predictions) and the summary over seeds."""
 import argparse
 import math
 import os
@@ -10,7 +9,7 @@ import numpy as np
 
 from engine import checkpoints, cli, folders
 from engine.cli import float_range, int_range
-from engine.tasks import GLUE, METRICS, TASKS
+from engine.tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task
 from model import SIZES
 
 
@@ -28,16 +27,14 @@ FT_RECIPES = {
     "small": dict(lr=5e-5, epochs=4, warmup=None, weight_decay=0.0),  # any other model, hidden < 768
     "base": dict(lr=3e-5, epochs=6, warmup=None, weight_decay=0.0),  # any other model, hidden >= 768
 }
-PAPER_WARMUP = 100  # the authors' warm-up steps: on GLUE's tasks (thousands of steps) under 10% of them
 
 
 def warmup_steps(warmup, total):
-    """--warmup -> steps of linear warm-up in a training of `total` steps: a fraction (< 1) of them,
-    a number of steps, or None: 10% of them, at most PAPER_WARMUP. (The paper's 100 steps outlast a
-    task of 200 examples, 28 steps in 4 epochs of 32: its lr never peaks, and the classifier stays
-    at the majority class.)"""
+    """--warmup -> steps of linear warm-up in a training of `total` steps: a fraction (< 1) of them, a number
+    of steps, or None: 10% of them, at most the authors' 100 (under 10% on GLUE's tasks of thousands of steps;
+    on a task of 200 examples, 28 steps in 4 epochs of 32, the lr would never peak: the majority class)."""
     if warmup is None:
-        return min(round(0.1 * total), PAPER_WARMUP)
+        return min(round(0.1 * total), 100)
     return round(warmup * total) if warmup < 1 else int(warmup)
 
 
@@ -46,8 +43,7 @@ def choose_ft_recipe(config, origin=None):
     (its run's, checkpoints.trained_with: tiny, mini, small, ..., continue), "huggingface" (trained
     elsewhere), or None (not known: a model of a toy size's shape is taken for a toy run)."""
     shape = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads)
-    toy = origin in ("tiny", "mini") or (origin is None and shape in (SIZES["tiny"], SIZES["mini"]))
-    if toy:
+    if origin in ("tiny", "mini") or (origin is None and shape in (SIZES["tiny"], SIZES["mini"])):
         return "toy", f"a taco toy run ({origin or 'by its shape'})"
     key = "small" if config.hidden_size < 768 else "base"
     what = "a Hugging Face model" if origin == "huggingface" else f"a model pre-trained by the {origin} recipe"
@@ -59,14 +55,56 @@ def ft_recipe(config, origin=None):
     return FT_RECIPES[choose_ft_recipe(config, origin)[0]]
 
 
-# ----------------------------------------------------------------------------- the best classifier
+# ----------------------------------------------------------------------------- checks before any work
+
+def find_tasks(args):
+    """--task / --tasks -> [(Task, its folder or None)]; a task of your own's flags with GLUE's alone: a mistake."""
+    specs = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
+    tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics) for spec in specs]
+    own = [f"--{f}" for f in ("text_columns", "metrics") if getattr(args, f)]
+    own += ["--label_column"] * (args.label_column != "label")
+    if own and all(task in TASKS.values() for task, _ in tasks):
+        raise FinetuneError(f"{', '.join(own)}: for a task of your own (--task FOLDER), not {specs[0]}")
+    return tasks
+
+
+def prediction_file(task, suffix):
+    """OUT's file of a task's test predictions (MNLI: one per test set), GLUE's names."""
+    return os.path.join("predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
+
+
+def check_outputs(tasks, grid, args):
+    """Before the training: each output has a name of its own, OUT/best/TASK may be replaced, batches split."""
+    outputs = [t.name for t, _ in tasks] + [prediction_file(t, e[0]) for t, _ in tasks for e in t.evals]
+    if len(set(outputs)) < len(outputs):  # best/NAME, predictions/NAME.tsv and the summary would mix them
+        raise FinetuneError(f"the tasks {', '.join(t.name for t, _ in tasks)} would write outputs of one name "
+                            f"(best/NAME, predictions/NAME.tsv): rename a task's folder")
+    for task, _ in tasks:
+        folders.check(os.path.join(args.out, "best", task.name), "finetune.py", True, {"--model": args.model})
+    if any(bs % args.world for _, bs, _, _ in grid):
+        raise FinetuneError(f"batch sizes must be multiples of the number of processes, {args.world}")
+
+
+def check_fit(tok, max_len, config, model):
+    """The vocabulary and the example length fit the model (a foreign or edited vocab.txt fails here)."""
+    if tok.vocab_size != config.vocab_size or not 4 <= max_len <= config.max_position_embeddings:
+        raise FinetuneError(f"--model {model}: {tok.vocab_size} tokens in {os.path.basename(tok.vocab_file)} and "
+                            f"max_len {max_len}, but the model was pre-trained with {config.vocab_size} tokens and "
+                            f"{config.max_position_embeddings} positions: its own vocab.txt, a --max_len of 4 to "
+                            f"{config.max_position_embeddings}")
+
+
+# ----------------------------------------------------------------------------- files of the outputs
+
+def write_tsv(path, header, rows):  # predictions, written whole
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    checkpoints.write_bytes(path, ("\n".join([header, *rows]) + "\n").encode())
+
 
 def save_best(model, task, record, tok, args):
-    """OUT/best/<task>: the classifier of the best run (by dev main score) in Hugging Face format
-    (transformers.AutoModelForSequenceClassification loads it, its labels by name), with what
-    `--predict` needs to read new examples. A better one saved there for the same pre-trained model
-    is kept; one of another pre-trained model (or one edited unreadable) is replaced, with a note.
-    Written whole (folders.replacing): a kill or a full disk leaves the earlier one."""
+    """OUT/best/<task>: the best run's classifier (by dev main score) in Hugging Face format (transformers loads
+    it, labels by name), with what `--predict` needs (saved_task). A better one of the same pre-trained model is
+    kept; one of another (or edited unreadable) is replaced, with a note. Written whole (folders.replacing)."""
     path = os.path.join(args.out, "best", task.name)
     try:
         old = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]
@@ -87,6 +125,24 @@ def save_best(model, task, record, tok, args):
                               finetuning_task=task.name, taco_task=about, **labels)
 
 
+def saved_task(folder):
+    """The task (and max_len) a classifier saved by save_best was trained on, from its config.json."""
+    path = os.path.join(folder, "config.json")
+    about = checkpoints.read_json(path).get("taco_task") if os.path.isfile(path) else None
+    if not isinstance(about, dict):
+        raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
+                            f"{folder} is not one")
+    try:
+        text, labels = tuple(map(str, about["text"])), about["labels"]  # labels None: a regression
+        if 1 <= len(text) <= 2:
+            return Task(str(about["name"]), text, None if labels is None else tuple(map(str, labels)), (),
+                        tsv=(*text, str(about["label"]))), int(about["max_len"])
+    except (KeyError, TypeError, ValueError):
+        pass
+    raise FinetuneError(f"{path}: its taco_task is not what finetune.py writes (edited?); restore it, or fine-tune "
+                        f"again")
+
+
 # ----------------------------------------------------------------------------- summary
 
 CONFIG = ("model", "max_len", "warmup", "lr", "batch_size", "epochs")  # a run's settings but its seed
@@ -104,8 +160,8 @@ def scored(records, path):
     by hand, or written by an older version that accepted a NaN) are left out with a warning."""
     def ok(r):
         metrics = r.get("metrics")
-        return (all(k in r for k in CONFIG + ("task", "seed")) and isinstance(metrics, dict) and all(
-            isinstance(v, (int, float)) and math.isfinite(v) for v in metrics.values()) and "main" in metrics)
+        return (all(k in r for k in CONFIG + ("task", "seed")) and isinstance(metrics, dict) and "main" in metrics
+                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in metrics.values()))
     kept = [r for r in records if ok(r)]
     if len(kept) < len(records):
         print(f"warning: {path}: left out {len(records) - len(kept)} run(s) without finite dev scores "
@@ -116,23 +172,20 @@ def scored(records, path):
 def summarize(records):
     """Per model, then per task: the configuration with the best mean dev main score, and its
     seeds' statistics. Models are never mixed: each keeps its own best configuration."""
-    models = {}
-    for model in dict.fromkeys(r["model"] for r in records):
-        tasks = {}
-        known = [t.name for t in TASKS.values()]  # GLUE's order, then tasks of your own as they came
-        for name in sorted(dict.fromkeys(r["task"] for r in records), key=lambda n: known.index(n) if n in known else 99):
-            configs = {}
-            for r in records:  # a rerun of the same configuration and seed replaces the earlier one
-                if r["model"] == model and r["task"] == name:
-                    configs.setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
-            if configs:
-                best = max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()]))
-                chosen = list(best.values())
-                tasks[name] = {"config": {k: chosen[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in chosen),
-                               "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]}}
-        glue = [name for name in tasks if name in GLUE_NAMES]  # never the toy task or one of your own
-        models[model] = {"tasks": tasks, "glue_tasks": glue, "glue_average": float(np.mean(
-            [tasks[name]["metrics"]["main"]["mean"] for name in glue])) if len(glue) > 1 else None}
+    known = [t.name for t in TASKS.values()]  # GLUE's order, then tasks of your own as they came
+    runs = {}  # (model, task) -> configuration -> seed -> record; a rerun of a configuration and seed replaces it
+    for r in sorted(records, key=lambda r: known.index(r["task"]) if r["task"] in known else len(known)):
+        runs.setdefault((r["model"], r["task"]), {}).setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
+    models = {model: {"tasks": {}} for model in dict.fromkeys(r["model"] for r in records)}
+    for (model, name), configs in runs.items():
+        chosen = list(max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()])).values())
+        models[model]["tasks"][name] = {
+            "config": {k: chosen[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in chosen),
+            "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]}}
+    for m in models.values():
+        glue = [name for name in m["tasks"] if name in GLUE_NAMES]  # never the toy task or one of your own
+        m.update(glue_tasks=glue, glue_average=float(np.mean([m["tasks"][n]["metrics"]["main"]["mean"] for n in glue]))
+                 if len(glue) > 1 else None)
     return {"split": "dev", "models": models}
 
 
@@ -161,70 +214,61 @@ def format_table(summary):
 
 # ----------------------------------------------------------------------------- command line
 
-def metric(name):
-    """argparse `type=` of --metrics: one of METRICS."""
-    if name not in METRICS:
-        raise argparse.ArgumentTypeError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
-    return name
-
-
 def get_args(argv=None):
     p = cli.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     # task and data
-    p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (GLUE's spelling, e.g. SST-2, works "
-                   "too), or a folder of your own task's files: train.tsv, dev.tsv or validation.tsv, labels.txt "
-                   "(optional), named by the folder (tasks.folder_task)")
+    p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (or GLUE's spelling, SST-2), or a "
+                   "folder of your own task: train.tsv, dev.tsv or validation.tsv, labels.txt (tasks.folder_task)")
     p.add_argument("--tasks", default=None, help="comma-separated tasks, or 'all' (the 8 GLUE tasks); overrides --task")
     p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a task of your own: its text column, "
                    "or two for a pair; None: every column but the label and an id")
     p.add_argument("--label_column", default="label", help="a task of your own: its label column")
-    p.add_argument("--metrics", type=cli.list_of(metric), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
+    p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
                    "their mean is its score; None: acc, or pearson,spearman for numbers")
-    p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs (train, dev, test; "
-                   "MNLI dev_matched, ...) or .csv/.json/.jsonl with the hub's column names; may hold "
-                   "one folder per task named as in GLUE (CoLA, SST-2, ...)")
+    p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs (MNLI: dev_matched, "
+                   "...) or .csv/.json/.jsonl with the hub's columns, or one folder per task named as GLUE does (CoLA)")
     p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; None: their usual places")
     p.add_argument("--max_len", type=int_range(4, 512), default=None,
                    help="tokens per example, [CLS] and [SEP]s included; None: 128 (--predict: the saved model's)")
     # model
-    p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint "
-                   "file, or Hugging Face BERT directory (config.json, weights, vocab.txt); with --predict, a "
-                   "classifier saved in OUT/best/TASK")
+    p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint file, "
+                   "or Hugging Face BERT directory; with --predict, a classifier saved in OUT/best/TASK")
     # optimisation: the plural flags give a grid of comma-separated values
     p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; None: the "
-                   "recipe's (FT_RECIPES, by what the model is: a taco toy run 5e-4; any other 5e-5, 3e-5 from "
-                   "hidden 768), which the start line names")
+                   "recipe's (FT_RECIPES: a taco toy run 5e-4; others 5e-5, 3e-5 from hidden 768; the start line says)")
     p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
                    help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
-    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None,
-                   help="grid of batch sizes, e.g. 16,32")
-    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: the recipe's (toy 3, "
-                   "small 4, base 6)")
+    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid of batch sizes: 16,32")
+    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: the recipe's (3, 4, 6)")
     p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1,
-                   help="seed of the head's init, the data order and dropout")
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1, help="seed of the head, data order and dropout")
     p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
                    help="seeds for every configuration, e.g. 1,2,3,4,5")
     p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
                    "< 1, else steps; None: the recipe's (toy 0.1, else 10%% of the steps, at most the paper's 100)")
-    p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW weight decay on matrices; "
-                   "None: the recipe's (toy 0.01, else 0)")
+    p.add_argument("--weight_decay", type=float_range(0), default=None,
+                   help="AdamW weight decay on matrices; None: the recipe's (toy 0.01, else 0)")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda; None: cuda if available")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                    help="autocast precision; None: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
     cli.add_threads_flag(p)
-    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention instead of engine/fast.py's "
+    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention, not engine/fast.py's "
                    "CPU equivalents (the same computation, other random draws)")
     # output
     p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, best/TASK "
                    "(the best classifier, Hugging Face format), predictions/")
-    p.add_argument("--predict_test", action="store_true", help="write GLUE server files of each task's best run "
-                   "(by dev main score, among this command's runs) to OUT/predictions/")
+    p.add_argument("--predict_test", action="store_true", help="GLUE server files of each task's best run (by dev "
+                   "main score, of this command's runs) in OUT/predictions/")
     p.add_argument("--predict", default=None, help="label the examples of this file (TSV/CSV/JSON(L) with the task's "
                    "text columns, or one per line) with --model OUT/best/TASK: OUT/predict/<name>.tsv")
     p.add_argument("--force", action="store_true", help="--predict: replace an earlier OUT/predict/<name>.tsv")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if bad := next((m for m in args.metrics or () if m not in METRICS), None):
+        p.error(f"argument --metrics: unknown metric {bad!r}; choose from {', '.join(METRICS)}")
+    if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
+        p.error(f"argument --warmup: {args.warmup:g} is neither a fraction below 1 nor a whole number of steps")
+    return args

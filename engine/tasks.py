@@ -1,10 +1,6 @@
-"""What a fine-tuning task is, and how its files are read: GLUE's eight tasks and the toy pair task
-(TASKS), a task of your own described by its files (folder_task), reading TSV / CSV / JSON(L)
-splits (load_split), and the metrics that score them.
-
-    python finetune.py --task sst2                 # a GLUE task by name (data from the hub, or --data_dir)
-    python finetune.py --task path/to/reviews      # your own: train.tsv, dev.tsv (or validation.tsv),
-                                                   # labels.txt (optional), test.tsv (optional)
+"""What a fine-tuning task is and how its files are read: GLUE's eight tasks and the toy pair task
+(TASKS), a task of your own described by its files (folder_task), TSV / CSV / JSON(L) splits from
+disk or the hub (load_split), and the metrics that score them.
 """
 import csv
 import json
@@ -18,6 +14,7 @@ import numpy as np
 from engine import cli
 from engine.evalsets import read_lines
 
+
 class FinetuneError(cli.UsageError):
     """A user mistake (missing file, unknown task, ...): reported as one line, exit code 2."""
 
@@ -26,44 +23,44 @@ class FinetuneError(cli.UsageError):
 
 @dataclass(frozen=True)
 class Task:
-    name: str              # GLUE's: the data folder and the prediction file
-    hub: str | None        # config of nyu-mll/glue on the hub
+    name: str              # GLUE's: the data folder, the prediction file; lower case without '-': the hub's config
     text: tuple            # text columns on the hub and in CSV / JSON files (label: "label")
-    tsv: tuple             # text columns, then the label column, of the original GLUE TSV
     labels: tuple | None   # label names in the hub's order; None = regression
     metrics: tuple         # their mean on the first dev set is the task's main score
+    tsv: tuple = ()        # text columns, then the label column, of the original GLUE TSV; () = text, "label"
     evals: tuple = (("", "dev", "test"),)  # (metric suffix, dev split, test split)
     no_header: tuple = ()  # column names of train / dev files that have no header row
 
+    def __post_init__(self):
+        object.__setattr__(self, "tsv", self.tsv or (*self.text, "label"))
 
-BINARY, NLI = ("0", "1"), ("entailment", "not_entailment")
-TASKS = {  # WNLI is left out, as in the paper
-    "cola": Task("CoLA", "cola", ("sentence",), ("sentence", "label"), BINARY, ("mcc",),
-                 no_header=("source", "label", "original_label", "sentence")),
-    "sst2": Task("SST-2", "sst2", ("sentence",), ("sentence", "label"), BINARY, ("acc",)),
-    "mrpc": Task("MRPC", "mrpc", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"),
-                 BINARY, ("f1", "acc")),
-    "stsb": Task("STS-B", "stsb", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"),
-                 None, ("pearson", "spearman")),
-    "qqp": Task("QQP", "qqp", ("question1", "question2"), ("question1", "question2", "is_duplicate"),
-                BINARY, ("f1", "acc")),
-    "mnli": Task("MNLI", "mnli", ("premise", "hypothesis"), ("sentence1", "sentence2", "gold_label"),
-                 ("entailment", "neutral", "contradiction"), ("acc",),
-                 evals=(("m", "dev_matched", "test_matched"), ("mm", "dev_mismatched", "test_mismatched"))),
-    "qnli": Task("QNLI", "qnli", ("question", "sentence"), ("question", "sentence", "label"), NLI, ("acc",)),
-    "rte": Task("RTE", "rte", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), NLI, ("acc",)),
-    # the toy corpus's task: do two sentences share a topic? (GLUE TSV layout, 0/1 labels)
-    "toy": Task("toy", None, ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"),
-                BINARY, ("acc", "f1")),
-}
+
+def task_key(name):
+    """TASKS' key of a task name in any of GLUE's spellings (SST-2, sst2)."""
+    return name.lower().replace("-", "")
+
+
+BINARY, NLI, PAIR = ("0", "1"), ("entailment", "not_entailment"), ("sentence1", "sentence2")
+TASKS = {task_key(t.name): t for t in (  # WNLI is left out, as in the paper
+    Task("CoLA", ("sentence",), BINARY, ("mcc",), no_header=("source", "label", "original_label", "sentence")),
+    Task("SST-2", ("sentence",), BINARY, ("acc",)),
+    Task("MRPC", PAIR, BINARY, ("f1", "acc"), tsv=("#1 String", "#2 String", "Quality")),
+    Task("STS-B", PAIR, None, ("pearson", "spearman"), tsv=(*PAIR, "score")),
+    Task("QQP", ("question1", "question2"), BINARY, ("f1", "acc"), tsv=("question1", "question2", "is_duplicate")),
+    Task("MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"), ("acc",),
+         tsv=(*PAIR, "gold_label"), evals=(("m", "dev_matched", "test_matched"),
+                                            ("mm", "dev_mismatched", "test_mismatched"))),
+    Task("QNLI", ("question", "sentence"), NLI, ("acc",)),
+    Task("RTE", PAIR, NLI, ("acc",)),
+    Task("toy", PAIR, BINARY, ("acc", "f1")),  # the toy corpus's pair task: one topic or two? (GLUE's layout)
+)}
 GLUE = [t for t in TASKS if t != "toy"]
 
 # ----------------------------------------------------------------------------- metrics
 # Degenerate inputs (one class, constant predictions) score 0 rather than NaN.
 
 def accuracy(preds, labels):
-    preds, labels = np.asarray(preds), np.asarray(labels)
-    return float((preds == labels).mean()) if len(labels) else 0.0
+    return float((np.asarray(preds) == np.asarray(labels)).mean()) if len(labels) else 0.0
 
 
 def f1_score(preds, labels):
@@ -91,23 +88,25 @@ def pearson(x, y):
     return float((x @ y) / math.sqrt((x @ x) * (y @ y)))
 
 
-def _ranks(x):
-    """1-based ranks; tied values share the average of their ranks."""
-    x = np.asarray(x, dtype=np.float64)
-    ranks = np.empty(len(x))
-    ranks[np.argsort(x, kind="stable")] = np.arange(1, len(x) + 1)
-    _, group = np.unique(x, return_inverse=True)
-    return (np.bincount(group, ranks) / np.bincount(group))[group]
-
-
 def spearman(x, y):
-    return pearson(_ranks(x), _ranks(y))
+    """Pearson of the ranks; tied values share the average of their ranks."""
+    def ranks(v):
+        _, group, count = np.unique(np.asarray(v, dtype=np.float64), return_inverse=True, return_counts=True)
+        return (np.cumsum(count) - (count - 1) / 2)[group]
+    return pearson(ranks(x), ranks(y))
 
 
-METRICS = {"acc": accuracy, "f1": f1_score, "mcc": matthews_corrcoef,
-           "pearson": pearson, "spearman": spearman}
+METRICS = {"acc": accuracy, "f1": f1_score, "mcc": matthews_corrcoef, "pearson": pearson, "spearman": spearman}
 
 # ----------------------------------------------------------------------------- data
+
+SPLIT_FILES = (".tsv", ".csv", ".jsonl", ".json")
+
+
+def split_file(folder, split):
+    """FOLDER/split.tsv (or .csv, .jsonl, .json), or None."""
+    return next((p for ext in SPLIT_FILES if os.path.lexists(p := os.path.join(folder, split + ext))), None)
+
 
 def read_table(path, names=()):
     """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON(L) file."""
@@ -145,46 +144,23 @@ def load_split(task, split, data_dir=None, cache_dir=None):
     A training split that lacks a class of the task's labels is a warning (it is never learnt)."""
     if data_dir is None:
         from datasets import load_dataset  # a slow import, needed only for the hub
-        where = f"nyu-mll/glue {task.hub} {split.replace('dev', 'validation')}"
+        config, hub_split = task_key(task.name), split.replace("dev", "validation")
+        where = f"nyu-mll/glue {config} {hub_split}"
         try:
-            cols = load_dataset("nyu-mll/glue", task.hub, split=split.replace("dev", "validation"),
-                                cache_dir=cache_dir).to_dict()
+            cols = load_dataset("nyu-mll/glue", config, split=hub_split, cache_dir=cache_dir).to_dict()
         except Exception as err:  # offline, no such split, ...: one line, not a traceback
             raise FinetuneError(f"cannot load {where} from the hub ({err.__class__.__name__}); "
                                 f"offline, pass --data_dir with the GLUE files") from err
+    elif (where := split_file(data_dir, split)) is None:
+        raise FinetuneError(f"{data_dir} has no {split}.tsv (nor .csv/.jsonl/.json); point --data_dir "
+                            f"(or --task) at the folder of {task.name}'s files")
     else:
-        where = split_file(data_dir, split)
-        if where is None:
-            raise FinetuneError(f"{data_dir} has no {split}.tsv (nor .csv/.jsonl/.json); point --data_dir "
-                                f"(or --task) at the folder of {task.name}'s files")
         cols = read_table(where, task.no_header if split in ("train", "dev") else ())
     out = to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
     absent = [n for i, n in enumerate(task.labels or ()) if split == "train" and i not in out["labels"]]
     if absent:
         print(f"warning: {where} has no example of class {', '.join(map(repr, absent))} of {task.name}'s labels "
               f"({', '.join(task.labels)}): the classifier never learns to predict it", file=sys.stderr)
-    return out
-
-
-def to_examples(task, cols, where, labelled=True):
-    """Columns of a file -> {"a": texts, "b": texts or None, "labels": array or None, "index": ids}."""
-    n = len(next(iter(cols.values()), []))
-    if n == 0:
-        raise FinetuneError(f"{where} is empty; {task.name} needs examples in every split")
-    # GLUE's TSV names first, then the hub's (which CSV / JSON files use too)
-    fits = [c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label")) if set(c[0]) <= set(cols)]
-    names = next((c for c in fits if c[1] in cols), fits[0] if fits else None)  # STS-B: both share the text names
-    if names is None:
-        raise FinetuneError(f"{where} lacks the text columns {', '.join(task.tsv[:-1])} "
-                            f"(or {', '.join(task.text)}); it has {', '.join(cols)}")
-    text, label = names
-    index = next((cols[c] for c in ("index", "idx", "id") if c in cols), range(n))
-    out = {"a": [str(s) for s in cols[text[0]]], "index": list(index), "labels": None,
-           "b": [str(s) for s in cols[text[1]]] if len(text) > 1 else None}
-    if labelled:  # the hub's test labels are -1
-        if label not in cols:
-            raise FinetuneError(f"{where} has no label column {label!r}; it has {', '.join(cols)}")
-        out["labels"] = np.array([to_label(task, v, f"{where} row {i + 1}") for i, v in enumerate(cols[label])])
     return out
 
 
@@ -199,14 +175,34 @@ def read_examples(path, task):
     return to_examples(task, dict(zip(task.text, zip(*rows))) if rows else {}, path, labelled=False)
 
 
+def to_examples(task, cols, where, labelled=True):
+    """Columns of a file -> {"a": texts, "b": texts or None, "labels": array or None, "index": ids}."""
+    n = len(next(iter(cols.values()), []))
+    if n == 0:
+        raise FinetuneError(f"{where} is empty; {task.name} needs examples in every split")
+    # GLUE's TSV names first, then the hub's (which CSV / JSON files use too); STS-B: both share the text names
+    fits = [c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label")) if set(c[0]) <= set(cols)]
+    if not fits:
+        raise FinetuneError(f"{where} lacks the text columns {', '.join(task.tsv[:-1])} "
+                            f"(or {', '.join(task.text)}); it has {', '.join(cols)}")
+    text, label = next((c for c in fits if c[1] in cols), fits[0])
+    out = {"a": [str(s) for s in cols[text[0]]], "b": [str(s) for s in cols[text[1]]] if len(text) > 1 else None,
+           "labels": None, "index": list(next((cols[c] for c in ("index", "idx", "id") if c in cols), range(n)))}
+    if labelled:  # the hub's test labels are -1
+        if label not in cols:
+            raise FinetuneError(f"{where} has no label column {label!r}; it has {', '.join(cols)}")
+        out["labels"] = np.array([to_label(task, v, f"{where} row {i + 1}") for i, v in enumerate(cols[label])])
+    return out
+
+
 def to_label(task, value, where):
-    """The training target: a class number (from a label name or number), or a float."""
+    """The training target: a class number (from a label name or number), or a finite float."""
     try:
         if task.labels is None:
             if math.isfinite(y := float(value)):  # "nan" and "inf" parse, but are no score
                 return y
         else:
-            y = int({name: i for i, name in enumerate(task.labels)}.get(str(value), value))
+            y = task.labels.index(str(value)) if str(value) in task.labels else int(value)
             if 0 <= y < len(task.labels):
                 return y
     except (TypeError, ValueError, OverflowError):
@@ -217,32 +213,23 @@ def to_label(task, value, where):
 
 # ----------------------------------------------------------------------------- a task of your own
 
-SPLIT_FILES = (".tsv", ".csv", ".jsonl", ".json")
-
-
-def split_file(folder, split):
-    """FOLDER/split.tsv (or .csv, .jsonl, .json), or None."""
-    return next((p for ext in SPLIT_FILES if os.path.lexists(p := os.path.join(folder, split + ext))), None)
-
-
 def find_task(spec, text_columns=None, label_column="label", metrics=None):
     """--task: a name (GLUE's, any spelling: SST-2, sst2; toy) -> (Task, None); a folder -> (Task,
     the folder): GLUE's task if the folder is named as one (glue_data/SST-2), else folder_task."""
-    key = os.path.basename(os.path.normpath(spec)).lower().replace("-", "")
-    if not os.path.isdir(spec):
-        if key not in TASKS or os.sep in spec:
-            raise FinetuneError(f"unknown task {spec!r}: choose from {', '.join(TASKS)}, --tasks all, or a folder "
-                                f"holding train.tsv and dev.tsv (a task of your own)")
-        return TASKS[key], None
-    return (TASKS[key] if key in TASKS else folder_task(spec, text_columns, label_column, metrics)), spec
+    name = task_key(os.path.basename(os.path.normpath(spec)))
+    if os.path.isdir(spec):
+        return TASKS.get(name) or folder_task(spec, text_columns, label_column, metrics), spec
+    if name not in TASKS or os.sep in spec:
+        raise FinetuneError(f"unknown task {spec!r}: choose from {', '.join(TASKS)}, --tasks all, or a folder "
+                            f"holding train.tsv and dev.tsv (a task of your own)")
+    return TASKS[name], None
 
 
 def folder_task(folder, text_columns=None, label_column="label", metrics=None):
-    """A task described by its files, named by its folder: train and dev (or validation) splits with
-    a header row, the label in `label_column`, the text in `text_columns` (default: every other
-    column but an id; one text, or a pair); the labels in labels.txt, one per line in class order
-    (default: train's label values sorted; numbers that are not all whole make it a regression);
-    `metrics` (default: accuracy, or Pearson and Spearman for a regression), whose mean is its score."""
+    """A task described by its files, named by its folder: train and dev (or validation) splits with a header
+    row, the label in `label_column`, the text in `text_columns` (default: every other column but an id; one
+    text or a pair), the labels (read_labels), `metrics` (default: accuracy, or Pearson and Spearman for a
+    regression), whose mean is its score."""
     name, train = os.path.basename(os.path.normpath(folder)), split_file(folder, "train")
     dev = next((s for s in ("dev", "validation") if split_file(folder, s)), None)
     if train is None or dev is None:
@@ -256,15 +243,14 @@ def folder_task(folder, text_columns=None, label_column="label", metrics=None):
     if not 1 <= len(text) <= 2 or not set(text) <= set(cols):
         raise FinetuneError(f"{train}: the text is one column or a pair, of {', '.join(cols)}; got "
                             f"{', '.join(text) or 'none'}: pass --text_columns A or A,B")
-    labels_file, correlations = os.path.join(folder, "labels.txt"), set(metrics or ()) <= {"pearson", "spearman"}
+    labels_file, correlations = os.path.join(folder, "labels.txt"), {"pearson", "spearman"}
     # scored by correlations only: a regression, whole numbers too (ratings 1-5)
-    labels = None if metrics and correlations and not os.path.exists(labels_file) else read_labels(
+    labels = None if metrics and set(metrics) <= correlations and not os.path.exists(labels_file) else read_labels(
         labels_file, cols[label_column], train)
-    regression = labels is None
-    metrics = tuple(metrics or (("pearson", "spearman") if regression else ("acc",)))
-    if regression and not set(metrics) <= {"pearson", "spearman"}:
+    metrics = tuple(metrics or (("pearson", "spearman") if labels is None else ("acc",)))
+    if labels is None and not set(metrics) <= correlations:
         raise FinetuneError(f"{name} is a regression (its labels are numbers): score it by pearson, spearman")
-    return Task(name, None, text, (*text, label_column), labels, metrics, evals=(("", dev, "test"),))
+    return Task(name, text, labels, metrics, tsv=(*text, label_column), evals=(("", dev, "test"),))
 
 
 def read_labels(path, values, train):
@@ -275,18 +261,17 @@ def read_labels(path, values, train):
     else:
         if (row := next((i for i, v in enumerate(values) if v is None or not str(v).strip()), None)) is not None:
             raise FinetuneError(f"{train} row {row + 1} has no label")
-        labels = tuple(sorted({str(v).strip() for v in values}))
+        labels = sorted({str(v).strip() for v in values})
         try:
             numbers = [float(v) for v in labels]
         except ValueError:  # names, sorted as text
-            numbers = None
-        if numbers is not None:
-            if not all(map(math.isfinite, numbers)):
-                raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(labels[:5])})")
-            if any(n != int(n) for n in numbers):
-                print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
-                return None
-            labels = tuple(sorted(labels, key=float))
+            numbers = []
+        if not all(map(math.isfinite, numbers)):
+            raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(labels[:5])})")
+        if any(n != int(n) for n in numbers):
+            print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
+            return None
+        labels = tuple(sorted(labels, key=float) if numbers else labels)
         print(f"note: labels {', '.join(labels[:10])}{' ...' * (len(labels) > 10)} from {train}'s label column, "
               f"sorted (a labels.txt beside it sets their order)", file=sys.stderr)
     if len(labels) < 2:

@@ -454,6 +454,7 @@ def test_predict_and_task_flag_mistakes_are_one_line_exit_2(models, tmp_path, ca
     for argv, hint in ((["--predict", str(tmp_path / "new.txt"), "--model", models["dir"]], "is not one"),
                        (["--predict", str(tmp_path / "nothing.txt"), "--model", models["dir"]], "is not one"),
                        (["--metrics", "acc,auc"], "unknown metric 'auc'; choose from acc, f1, mcc"),
+                       (["--warmup", "2.5"], "--warmup: 2.5 is neither a fraction below 1 nor a whole number"),
                        (["--task", "sst2", "--label_column", "y"], "--label_column: for a task of your own")):
         with pytest.raises(SystemExit) as exit_info:
             run(argv + ["--out", str(tmp_path / "out")])
@@ -584,7 +585,8 @@ def test_a_full_disk_while_saving_the_classifier_names_the_folder_and_keeps_the_
     (lambda c, d: c["taco_task"].update(max_len="thirty"), "its taco_task is not what finetune.py writes"),
     (lambda c, d: c["taco_task"].update(labels=0), "its taco_task is not what finetune.py writes"),
     (lambda c, d: c["taco_task"].update(labels="neg,pos"), "cannot load --model"),
-    (lambda c, d: open(d / "vocab.txt", "a").write("extra\n"), "23 tokens in vocab.txt and max_len 32; its config.json: 22 tokens"),
+    (lambda c, d: open(d / "vocab.txt", "a").write("extra\n"),
+     "23 tokens in vocab.txt and max_len 32, but the model was pre-trained with 22 tokens"),
     (lambda c, d: c.update(taco_task=["reviews"]), "is not one"),
     (lambda c, d: c.update(hidden_size="128"), "config value hidden_size = \"128\": expected a whole number"),
     (lambda c, d: c.pop("vocab_size"), "cannot load --model"),
