@@ -1,15 +1,14 @@
 """MLM vs TACO (and the paper's ablations) under one seed, data and budget, measured over training.
 
-Every objective is pre-trained by `taco.py` (a subprocess) with the same flags, --jobs runs side
-by side (default: the idle CPU cores, one thread each). Every saved checkpoint, plus the shared
-random init (step 0), is then measured, --jobs at a time: analyze.py's contextual score (blocks
-and documents as contexts), co-occurring words' embedding cosine and word-similarity Spearman,
-and the toy pair task fine-tuned once per fine-tuning seed with finetune.py's own loop, scored
-on its 1,000 dev pairs and on 5,000 held-out pairs of its own (toy.toy_pair_eval: the steadier
-score). Output: OUT/study.json, OUT/table.md (printed) and a PNG; several pre-training seeds go
-into OUT/seed<S>, and OUT/table.md compares them (tools/study_tables.py). study.py never replaces
-a run it did not create (--force does); stopped by a signal, it stops its taco.py runs (each
-saves a checkpoint) and the same command resumes them and reuses every finished seed.
+Every objective is pre-trained by `taco.py` (a subprocess) with the same flags, --jobs runs at a
+time (default: the idle CPU cores, one thread each); then every saved checkpoint and the shared
+random init (step 0) are measured, --jobs at a time: analyze.py's probes, and the toy pair task
+fine-tuned once per fine-tuning seed with finetune.py's loop, scored on its 1,000 dev pairs and
+on 5,000 held-out pairs (toy.toy_pair_eval: the steadier score). Output: OUT/study.json,
+OUT/table.md (printed) and a PNG; several pre-training seeds go into OUT/seed<S>, compared in
+OUT/table.md (tools/study_tables.py). study.py never replaces a run it did not create (--force
+does); stopped by a signal, it stops its taco.py runs (each saves a checkpoint), and the same
+command resumes them and reuses every finished seed.
 
     python tools/study.py                                          # MLM vs TACO, tiny, toy corpus, CPU
     python tools/study.py --seed 0,1,2,3,4,5,6,7 --mlm_ft_every 300 --out runs/study8   # eight pre-training seeds
@@ -351,8 +350,8 @@ def study_seeds(args, names):
             if init not in inits:
                 jobs.append((inits.setdefault(init, []), run, None, args, True))
             inits[init].append((seed, name, 0))
-            every = args.mlm_ft_every if name == "mlm" else 0  # MLM's last is what the others are compared with
-            jobs += [([(seed, name, step)], run, p, args, not every or step % every == 0 or step == cfg["args"]["steps"])
+            every, last = (args.mlm_ft_every if name == "mlm" else 0), cfg["args"]["steps"]  # MLM's last: the goal
+            jobs += [([(seed, name, step)], run, p, args, not every or step % every == 0 or step == last)
                      for step, p in measured_checkpoints(run, cfg["args"])]
     left, cpu = {seed: sum(job[0][0][0] == seed for job in jobs) for seed in todo}, dict.fromkeys(todo, 0)
 
@@ -365,8 +364,9 @@ def study_seeds(args, names):
             return
         keys = sorted((k for k in got if k[0] == seed), key=lambda k: (names.index(k[1]), k[2]))
         rows[seed] = [{"variant": k[1], "seed": seed, **got[k], "step": k[2]} for k in keys]
-        times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o, _ in
-                                    (plans[seed, n] for n in names) if o in pretrained}, "measure_cpu_s": round(cpu[seed])}
+        trained = [plans[seed, n][0] for n in names if plans[seed, n][0] in pretrained]
+        times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o in trained},
+                       "measure_cpu_s": round(cpu[seed])}
         save(outs[seed], args, times[seed], rows[seed], format_table(rows[seed]))
     measure_all(jobs, args, done)
     return [r for seed in args.seed for r in rows[seed]], times
@@ -437,7 +437,7 @@ def main(argv=None):
         p.add_argument(f"--{flag}", type=kind, default=default, help=f"pre-training {what} (taco.py --{flag}"
                        + (", default: its recipe's)" if default is None else ")"))
     p.add_argument("--seed", type=cli.list_of(int_range(0, 2**32 - 1)), default=[0], help="pre-training seed, shared "
-                   "by every objective; several (0,1,2) go into OUT/seed<S>, OUT/table.md gives mean ± std over them")
+                   "by every objective; several (0,1,2) go into OUT/seed<S>, OUT/table.md: mean ± std over them")
     p.add_argument("--taco_args", default="", help="further taco.py flags for every objective, e.g. '--warmup 100' "
                    "(not flags that make a variant another one, e.g. --objective, nor study.py's own)")
     p.add_argument("--launcher", default="", help="command in front of taco.py, e.g. 'torchrun --nproc_per_node=8' "
@@ -511,7 +511,7 @@ def study(args, t0):
         if miniature:
             return miniature_study(args, t0)
         rows, times = study_seeds(args, names)
-        usage = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # and every child waited for
+        usage = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # with the children's
         cpu = round(sum(u.ru_utime + u.ru_stime for u in usage))
         times = {"per_seed": times, "wall_s": round(time.time() - t0), "cpu_s": cpu}
         if len(args.seed) > 1:

@@ -179,9 +179,11 @@ def gap_lines(rows, seeds, kinds, others, last):
         per_kind = [gaps(rows, seeds, v, key, last) for _, key in kinds]
         for step in sorted(s for s in per_kind[0] if s):
             at = [g.get(step, []) for g in per_kind]
-            body.append([v, step, *(c for g in at for c in (ms(g, 100, "{:+.1f}"), f"{sum(x >= 0 for x in g)} of {len(g)}"))])
+            body.append([v, step, *(c for g in at for c in (ms(g, 100, "{:+.1f}"), f"{sum(x >= 0 for x in g)} of "
+                                                                                 f"{len(g)}"))])
+    header = [c for label, _ in kinds for c in (f"{label}: mean ± std", "seeds ahead")]
     return ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
-            *md(["objective", "step", *(c for label, _ in kinds for c in (f"{label}: mean ± std", "seeds ahead"))], body)]
+            *md(["objective", "step", *header], body)]
 
 
 def noise_lines(rows, seeds, kinds, others, last):
@@ -234,22 +236,25 @@ def plot(rows, path):
     held = any(r.get("ft_heldout_scores") for r in rows)
     ft_key = "ft_heldout_mean" if held else "ft_mean"
     panels = [(["ctx_score", "ctx_doc_score"], "contextual score (intra - inter cosine; dashed: documents)"),
-              (["wordsim_cooc"], "co-occurring words' embedding cosine (Fig. 3a)"), (["eval_mlm_loss"], "held-out MLM loss"),
+              (["wordsim_cooc"], "co-occurring words' embedding cosine (Fig. 3a)"),
+              (["eval_mlm_loss"], "held-out MLM loss"),
               ([ft_key], f"fine-tuned {'held-out' if held else 'dev'} (acc+F1)/2 (dotted: MLM's final)")]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, (keys, title) in zip(axes.flat, panels):
         for i, v in enumerate(dict.fromkeys(r["variant"] for r in rows)):
             for k, style in zip(keys, ("-", "--")):
                 mine = [r for r in rows if r["variant"] == v and value(r, k) is not None]
+                if not mine:
+                    continue
                 seeds = list(dict.fromkeys(r.get("seed") for r in mine))
                 for s in seeds if len(seeds) > 1 else ():
                     ax.plot(*zip(*[(r["step"], r[k]) for r in mine if r.get("seed") == s]), style, color=f"C{i}",
                             lw=0.6, alpha=0.35)
                 steps = sorted({r["step"] for r in mine})
                 mean = [np.mean([r[k] for r in mine if r["step"] == x]) for x in steps]
-                label = f"{v} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else v
-                ax.plot(steps, mean, style, marker="o", ms=3, color=f"C{i}", lw=2, label=label if mine and style == "-" else None)
-                if k == ft_key and v == "mlm" and mean:  # MLM's final
+                ax.plot(steps, mean, style, marker="o", ms=3, color=f"C{i}", lw=2,
+                        label=(f"{v} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else v) if style == "-" else None)
+                if k == ft_key and v == "mlm":  # MLM's final
                     ax.axhline(mean[-1], color=f"C{i}", ls=":", lw=1)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("pre-training step")
