@@ -225,7 +225,8 @@ def test_taco_args_may_tune_what_the_objectives_share():
         study.check_taco_args(args, ["mlm"])
 
 
-@pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"]])
+@pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"],
+                                  ["--max_len", "4"], ["--lr", "nan"], ["--size", "huge"]])  # taco.py's parser checks these
 def test_study_bad_input_exits_2_before_training(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         study.main(["--out", str(tmp_path / "s"), "--steps", "2", "--save_every", "1", *argv])

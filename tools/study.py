@@ -201,9 +201,7 @@ _CACHE = {}  # per process: what every checkpoint's measurement shares
 
 
 def cached(key, make):
-    if key not in _CACHE:
-        _CACHE[key] = make()
-    return _CACHE[key]
+    return _CACHE[key] if key in _CACHE else _CACHE.setdefault(key, make())
 
 
 def finetune_data(args, vocab_file, device):
@@ -423,8 +421,7 @@ def main(argv=None):
                    "then --continue_steps of tacl and of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
     p.add_argument("--retromae", action="store_true", help="RetroMAE's miniature instead: MLM for --steps, then "
                    "mlm, taco and retromae continued from it for --continue_steps (--variants ignored)")
-    p.add_argument("--continue_steps", type=int_range(1), default=600, help="--tacl / --retromae: steps of each "
-                   "continuation")
+    p.add_argument("--continue_steps", type=int_range(1), default=600, help="--tacl / --retromae: steps per continuation")
     p.add_argument("--force", action="store_true", help="replace runs in OUT that study.py did not create "
                    "(without it, such a run in the way is an error; finished runs with the same settings are reused)")
     # pre-training, every objective alike: taco.py's flags (its parser checks their values)
