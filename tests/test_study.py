@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tools import study, study_tables
-from engine import toy
+from engine import flags, toy
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 try:
@@ -67,6 +67,25 @@ def test_study_smoke(tmp_path, capsys):
     assert study.finished(str(out / "seed0"), argparse.Namespace(**saved["settings"]), 0)
 
 
+def test_study_retromae_miniature_smoke(tmp_path, capsys):
+    """MLM in OUT/stage0, then mlm, taco and retromae continued from its final weights, their [CLS]
+    vectors probed as sentence embeddings; a second call reuses all four runs."""
+    out = tmp_path / "study"
+    argv = ["--retromae", "--out", str(out), "--steps", "4", "--continue_steps", "2", "--save_every", "2",
+            "--max_len", "32", "--batch_size", "4", "--ft_seeds", "", "--taco_args", "--eval_blocks 8"]
+    rows = study.main(argv)
+    assert [(r["variant"], r["step"]) for r in rows] == [("init (MLM stage 0)", 4), ("mlm", 6), ("taco", 6),
+                                                         ("retromae", 6)]
+    assert all(0 <= r["ndcg@10"] <= 1 and -1 <= r["sts_spearman"] <= 1 and r["ft_scores"] == [] for r in rows)
+    config = json.loads((out / "retromae" / "config.json").read_text())
+    assert config["init"]["source"].endswith("ckpt_00000004.pt") and config["args"]["objective"] == "retromae"
+    assert config["args"]["steps"] == 2 and "| retromae | 6 |" in (out / "table.md").read_text()
+    assert [r["variant"] for r in json.loads((out / "study.json").read_text())["rows"]] == [r["variant"] for r in rows]
+    capsys.readouterr()
+    assert [dict(r, cpu_s=0) for r in study.main(argv)] == [dict(r, cpu_s=0) for r in rows]  # measured again alike
+    assert capsys.readouterr().out.count("reusing the finished run") == 4
+
+
 # ----------------------------------------------------------------------------- tables
 
 def row(v, seed, step, dev, held=None, ctx=0.1):
@@ -92,6 +111,16 @@ def test_seeds_table_steps_fraction_and_median():
     assert "TACO's is above MLM's at 6 of 6" in table
     rows = [r for r in rows if r["seed"] != 0]
     assert "median step not by 4" in study_tables.format_seeds_table(rows, [1, 2])
+
+
+def test_seeds_table_with_one_fine_tuning_seed_and_no_held_out_pairs():
+    """`--seed 0,1 --ft_seeds 1 --ft_heldout 0`: the crossing steps on the dev pairs; no paired gap
+    or spread (they need the held-out pairs or two halves of the fine-tuning seeds)."""
+    rows = [row(v, seed, step, [0.6 + 0.05 * step], held=[]) for seed in (0, 1) for v in ("mlm", "taco")
+            for step in (2, 4)]
+    table = study_tables.format_seeds_table(rows, [0, 1])
+    assert "| seed | MLM final, dev 1,000, 1 seeds | taco |" in table and "| 1 | 80.0 | 4 |" in table
+    assert "Paired gap" not in table and "spread comes from" not in table
 
 
 def test_noise_lines_separate_fine_tuning_dev_pairs_and_pre_training():
@@ -189,11 +218,15 @@ def test_taco_args_may_tune_what_the_objectives_share():
                               data="toy", steps=1200, max_len=None, batch_size=None, lr=None, device=None,
                               cache_dir=None, save_every=150)
     study.check_taco_args(args, ["taco", "taco_masked"])  # --objective taco changes neither
-    with pytest.raises(study.UsageError):
+    with pytest.raises(study.UsageError, match="sets --objective, which decides what a variant is \\(here 'mlm'\\)"):
         study.check_taco_args(args, ["mlm", "taco"])
+    args.taco_args, args.seed = "--seed 0", [0, 1]  # seed 1's runs would be seed 0's
+    with pytest.raises(study.UsageError, match="sets --seed, which study.py sets itself"):
+        study.check_taco_args(args, ["mlm"])
 
 
-@pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"]])
+@pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"],
+                                  ["--max_len", "4"], ["--lr", "nan"], ["--size", "huge"]])  # taco.py's parser checks these
 def test_study_bad_input_exits_2_before_training(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         study.main(["--out", str(tmp_path / "s"), "--steps", "2", "--save_every", "1", *argv])
@@ -230,7 +263,7 @@ def test_plan_resumes_or_replaces_only_its_own_runs(tmp_path):
         taco_args="", size="tiny", data="toy", steps=4, max_len=32, batch_size=4, lr=None, device=None,
         cache_dir=None, save_every=2, force=False)
     argv = study.taco_argv("taco", args, 0, str(tmp_path / "x" / "taco"))
-    same = study.taco_settings(argv)
+    same = vars(flags.get_args(argv))
     fake_run(tmp_path / "mine" / "taco", marker=True)  # ours, other settings: started again
     assert study.plan_run("taco", args, 0, str(tmp_path / "mine"))[1][-1] == "--force"
     fake_run(tmp_path / "theirs" / "taco", same)  # another's, same settings, unfinished

@@ -1,20 +1,14 @@
 """MLM vs TACO (and the paper's ablations) under one seed, data and budget, measured over training.
 
-Every objective is pre-trained by `taco.py` (a subprocess) with the same flags; every saved
-checkpoint, plus the shared random init (step 0), is then measured with analyze.py (contextual
-score with blocks and with documents as contexts, co-occurring words' embedding cosine, the
-word-similarity Spearman) and fine-tuned on the toy pair task once per fine-tuning seed with
-finetune.py's own loop, each fine-tuned model scored on the task's 1,000 dev pairs and on
-5,000 held-out pairs of its own (toy.toy_pair_eval: the steadier score). Output:
-OUT/study.json, OUT/table.md, the printed table and one PNG (matplotlib is optional). Several
-pre-training seeds go into OUT/seed<S>; OUT/table.md then gives mean ± std over them, per seed
-the step at which each objective first reaches MLM's final fine-tuned score, and how much of
-the spread is fine-tuning noise rather than pre-training.
-
-Runs go side by side, --jobs at a time (default: the idle CPU cores), one thread each: first
-every pre-training run, then every checkpoint's measurement. study.py never replaces a run it
-did not create (--force does); stopped by a signal, it stops its taco.py runs (each saves a
-checkpoint) and the same command later resumes them and reuses every finished seed.
+Every objective is pre-trained by `taco.py` (a subprocess) with the same flags, --jobs runs at a
+time (default: the idle CPU cores, one thread each); then every saved checkpoint and the shared
+random init (step 0) are measured, --jobs at a time: analyze.py's probes, and the toy pair task
+fine-tuned once per fine-tuning seed with finetune.py's loop, scored on its 1,000 dev pairs and
+on 5,000 held-out pairs (toy.toy_pair_eval: the steadier score). Output: OUT/study.json,
+OUT/table.md (printed) and a PNG; several pre-training seeds go into OUT/seed<S>, compared in
+OUT/table.md (tools/study_tables.py). study.py never replaces a run it did not create (--force
+does); stopped by a signal, it stops its taco.py runs (each saves a checkpoint), and the same
+command resumes them and reuses every finished seed.
 
     python tools/study.py                                          # MLM vs TACO, tiny, toy corpus, CPU
     python tools/study.py --seed 0,1,2,3,4,5,6,7 --mlm_ft_every 300 --out runs/study8   # eight pre-training seeds
@@ -22,14 +16,11 @@ checkpoint) and the same command later resumes them and reuses every finished se
     python tools/study.py --size small --data wikipedia,bookcorpus --steps 250000 --save_every 25000 \\
         --launcher "torchrun --standalone --nproc_per_node=8" --pairs wordsim353.tsv --ft_max_len 128
     python tools/study.py --tacl          # TaCL's miniature: MLM, then TaCL vs more MLM from it (docs/tacl.md)
-    python tools/study.py --retromae --out runs/retromae_study     # MLM vs TACO vs RetroMAE from one MLM init
-
-The --retromae mode (docs/retromae.md) pre-trains MLM for --steps, continues mlm, taco and
-retromae from it for --continue_steps each, and measures the [CLS] vector as a sentence
-embedding (toy retrieval and similarity) next to the contextual score and fine-tuning.
+    python tools/study.py --retromae --out runs/retromae_study     # MLM vs TACO vs RetroMAE (docs/retromae.md)
 """
 import argparse
 import contextlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -56,7 +47,7 @@ from engine.evalsets import read_beir, read_pairs, read_sts
 from model import BertConfig, BertForPreTraining
 from engine.toy import toy_corpus, toy_pair_eval, toy_sentence_eval
 
-ROOT = os.path.dirname(HERE := os.path.dirname(os.path.abspath(__file__)))  # tools/, the repository root
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {  # name -> taco.py flags; all else is shared
     "mlm": ["--objective", "mlm"],
     "taco": ["--objective", "taco"],
@@ -68,6 +59,7 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
     "taco_untied": ["--objective", "taco", "--untie_embeddings"],
     "retromae": ["--objective", "retromae"],  # whole-word MLM at 30% + RetroMAE's decoder loss
 }
+RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
 # --taco_args may set what every objective shares (--warmup, --negatives, ...), but neither what
 # makes a variant what it is (else the "taco" rows could be an MLM run) nor what study.py sets.
 VARIANT_KEYS = sorted({f[2:] for flags in VARIANTS.values() for f in flags if f.startswith("--")} | {"init"})
@@ -83,62 +75,50 @@ def taco_argv(name, args, seed, out, extra=(), user=None):
     (or `user`), what study.py needs (a checkpoint every --save_every steps, all kept), `extra`."""
     shared = {k: getattr(args, k) for k in ("size", "data", "steps", "max_len", "batch_size", "lr", "device",
                                             "cache_dir")}
-    shared["seed"] = seed
-    shared["steps"] = shared["steps"] or None  # 0: the recipe's
+    shared.update(steps=args.steps or None, seed=seed)  # steps 0: the recipe's
     user = shlex.split(args.taco_args) if user is None else user
     return (VARIANTS.get(name, []) + [f"--{k}={v}" for k, v in shared.items() if v is not None] + list(user)
             + ["--save_every", str(args.save_every), "--eval_every", str(args.save_every), "--keep_last", "1000000",
                "--out", out, *extra])
 
 
-def taco_settings(argv):
-    """taco.py's settings for argv, as a dict (parsing reads no file; a mistake is a UsageError)."""
-    return vars(flags.get_args(argv))
-
-
 def check_taco_args(args, names):
-    """Refuse --taco_args that would change what a variant is or what study.py sets itself."""
-    def refuse(k, name):
+    """Refuse --taco_args that would change what a variant is or what study.py sets: per variant
+    and seed, the settings with the user's flags last (where they would win) against without."""
+    try:
+        user = shlex.split(args.taco_args)
+        flags.get_args(user)  # taco.py's parser: reads no file; a mistake is a UsageError
+    except UsageError as err:  # name the flag the mistake is in
+        raise UsageError(f"--taco_args: {err}") from None
+    except ValueError as err:  # shlex's: an unclosed quote
+        raise UsageError(f"--taco_args {args.taco_args!r}: {err}") from None
+    for name, seed in itertools.product(names, args.seed):
+        alone = vars(flags.get_args(taco_argv(name, args, seed, "OUT", user=[])))
+        mixed = vars(flags.get_args(taco_argv(name, args, seed, "OUT", user=[]) + user))
+        k = next((k for k in (*VARIANT_KEYS, *STUDY_KEYS) if mixed[k] != alone[k]), None)
         if k in VARIANT_KEYS:
             raise UsageError(f"--taco_args sets --{k}, which decides what a variant is (here {name!r}); "
                              f"choose objectives with --variants ({', '.join(VARIANTS)})")
-        raise UsageError(f"--taco_args sets --{k}, which study.py sets itself"
-                         + (f"; pass --{k} to study.py" if k in vars(args) else ""))
-    try:
-        user = shlex.split(args.taco_args)
-    except ValueError as err:
-        raise UsageError(f"--taco_args {args.taco_args!r}: {err}") from None
-    if not user:
-        return
-    try:
-        given = taco_settings(user)
-    except UsageError as err:  # name the flag the mistake is in
-        raise UsageError(f"--taco_args: {err}") from None
-    default = taco_settings([])
-    for name in names:
-        alone = taco_settings(taco_argv(name, args, args.seed[0], "OUT", user=[]))
-        mixed = taco_settings(taco_argv(name, args, args.seed[0], "OUT", user=user))
-        changed = [k for k in (*VARIANT_KEYS, *STUDY_KEYS) if mixed[k] != alone[k] or given[k] != default[k]]
-        if changed:
-            refuse(changed[0], name)
+        if k:
+            raise UsageError(f"--taco_args sets --{k}, which study.py sets itself"
+                             + (f"; pass --{k} to study.py" if k in vars(args) else ""))
         if mixed["objective"] == "taco" and mixed["tc_weight"] == 0:
             raise UsageError(f"--taco_args --tc_weight 0 makes {name!r} an MLM run; leave --tc_weight out")
 
 
 def plan_run(name, args, seed, out_dir, extra=(), init=None):
-    """What to do for one variant's run in out_dir/name -> (run dir, taco.py flags, or None when
-    it holds this run finished). `init`: the run a continuation starts from (its newest
-    checkpoint must be the one the finished run started from). study.py resumes or replaces only
-    runs it created (MARKER); any other run in the way is an error, before any training, unless --force."""
+    """One variant's run in out_dir/name -> (run dir, taco.py flags, or None when it holds this run
+    finished; a continuation's must have started from `init`'s newest checkpoint). study.py resumes
+    or replaces only runs it created (MARKER); another in the way is an error unless --force."""
     out = os.path.join(out_dir, name)
     argv = taco_argv(name, args, seed, out, extra)
-    want = {k: v for k, v in taco_settings(argv).items() if k not in flags.RESUMABLE}
+    want = {k: v for k, v in vars(flags.get_args(argv)).items() if k not in flags.RESUMABLE}
     config = {}
     with contextlib.suppress(OSError, ValueError):
         config = checkpoints.read_json(os.path.join(out, "config.json"))  # an object, or it raises
-    have = config.get("args") if isinstance(config.get("args"), dict) else None
-    same = have is not None and all(have.get(k) == v for k, v in want.items())
-    if same and init is not None:  # a continuation: from the same checkpoint of its init
+    have = config.get("args")
+    same = isinstance(have, dict) and all(have.get(k) == v for k, v in want.items())
+    if same and init is not None:
         start = checkpoints.latest_checkpoint(init)
         with contextlib.suppress(OSError, ValueError, TypeError):
             same = start is not None and (config.get("init") or {}).get("sha256") == \
@@ -157,9 +137,8 @@ def plan_run(name, args, seed, out_dir, extra=(), init=None):
 
 
 def pretrain_all(plans, args):
-    """Run the planned taco.py commands (plan_run), --jobs at a time, each logging to
-    RUN/pretrain.log -> {run dir: (wall s, CPU s)}. When one fails, or the study is stopped, the
-    others are stopped too (SIGTERM: each saves a checkpoint, and the same study resumes it)."""
+    """Run the planned taco.py commands, --jobs at a time, each logging to RUN/pretrain.log ->
+    {run dir: (wall s, CPU s)}. When one fails, or the study is stopped, the others are stopped."""
     launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]
     todo, running, times = [(out, argv) for out, argv in plans if argv is not None], {}, {}
     for out, argv in plans:
@@ -171,7 +150,7 @@ def pretrain_all(plans, args):
                 out, argv = todo.pop(0)
                 os.makedirs(out, exist_ok=True)
                 open(os.path.join(out, MARKER), "a").close()
-                cmd = launcher + [os.path.join(ROOT, "taco.py"), *argv]
+                cmd = [*launcher, os.path.join(ROOT, "taco.py"), *argv]
                 cmd += ["--threads", str(args.threads)] if args.threads else []
                 with open(os.path.join(out, "pretrain.log"), "a") as log:
                     log.write(f"$ {shlex.join(cmd)}\n")
@@ -200,9 +179,8 @@ def pretrain_all(plans, args):
 
 
 def stop_children(procs, grace=60):
-    """SIGTERM to every child still running (taco.py saves a checkpoint at its next step and
-    exits 143); SIGKILL to any still there after `grace` seconds. Meanwhile a second SIGINT or
-    SIGTERM is ignored: it would make taco.py stop without saving."""
+    """SIGTERM to every child still running (taco.py saves a checkpoint and exits 143), SIGKILL
+    after `grace` seconds; a second SIGINT or SIGTERM meanwhile is ignored (taco.py would not save)."""
     procs = [p for p in procs if p.poll() is None]
     for s in (signal.SIGINT, signal.SIGTERM) if procs else ():
         signal.signal(s, signal.SIG_IGN)
@@ -223,34 +201,27 @@ _CACHE = {}  # per process: what every checkpoint's measurement shares
 
 
 def cached(key, make):
-    if key not in _CACHE:
-        _CACHE[key] = make()
-    return _CACHE[key]
+    return _CACHE[key] if key in _CACHE else _CACHE.setdefault(key, make())
 
 
 def finetune_data(args, vocab_file, device):
-    """finetune.py's settings and the toy pair task's train / dev splits, encoded once, and the
-    --ft_heldout pairs (None without them)."""
+    """finetune.py's settings, the toy pair task's train / dev splits encoded, the --ft_heldout pairs (or None)."""
     tok = load_tokenizer(vocab_file)
     fargs = finetuning.get_args(["--max_len", str(args.ft_max_len)])
-    fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
-    fargs.device = device
+    fargs.rank, fargs.world, fargs.source, fargs.pad_id, fargs.device = 0, 1, "study", tok.pad_id, device
     fargs.dtype, fargs.autocast = cli.precision(device)  # finetune.py's: bf16 on capable CUDA, else fp32
     task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
     data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
     if args.ft_train:
         data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
-    heldout = None
-    if getattr(args, "ft_heldout", 0):
-        folder = toy_pair_eval(args.cache_dir, n=args.ft_heldout)
-        heldout = finetune.encode(tok, finetune.load_split(task, "dev", folder), args.ft_max_len)
+    folder = args.ft_heldout and toy_pair_eval(args.cache_dir, n=args.ft_heldout)
+    heldout = finetune.encode(tok, finetune.load_split(task, "dev", folder), args.ft_max_len) if folder else None
     return {"args": fargs, "data": data, "heldout": heldout}
 
 
 def finetune_scores(config, weights, args, ft):
-    """Fine-tune one encoder on the toy pair task once per --ft_seeds -> (dev main scores,
-    held-out main scores or []), main = (acc+F1)/2. Learning rate, warm-up and weight decay:
-    finetune.py's recipe for the model's size."""
+    """Fine-tune one encoder on the toy pair task once per --ft_seeds, with finetune.py's recipe for
+    its size -> (dev main scores, held-out main scores or []), main = (acc+F1)/2."""
     recipe = finetuning.ft_recipe(config)
     fargs = argparse.Namespace(**{**vars(ft["args"]), "warmup": recipe["warmup"], "weight_decay": recipe["weight_decay"]})
     task, dev, heldout = finetune.TASKS["toy"], [], []
@@ -266,14 +237,13 @@ def finetune_scores(config, weights, args, ft):
 
 
 def word_pairs(args):
-    return read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt")
-                              if args.pairs == "toy" else args.pairs)
+    return read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs)
 
 
 def measure_checkpoint(run, path, args, fine_tune=True, sentences=False):
-    """One checkpoint of a run (path None: the run's random init, step 0) -> its row, less
-    "variant" and "seed": held-out MLM (the run's log), analysis, fine-tuning (unless not
-    `fine_tune`), with `sentences` the [CLS] vector's toy retrieval and similarity, the CPU seconds."""
+    """One checkpoint of a run (path None: its random init, step 0) -> its row, less "variant" and
+    "seed": held-out MLM (the run's log), analysis, fine-tuning (unless not `fine_tune`), with
+    `sentences` the [CLS] vector's toy retrieval and similarity, the CPU seconds."""
     t0 = time.process_time()
     cfg = checkpoints.read_json(os.path.join(run, "config.json"))
     if path is None:
@@ -328,21 +298,21 @@ def _worker_init(threads):
 
 
 def _measure(job):
-    key, *work = job
-    return key, measure_checkpoint(*work)
+    keys, *work = job
+    return keys, measure_checkpoint(*work)
 
 
 def measure_all(jobs, args, done):
-    """Measure every (key, run, checkpoint, fine-tune or not) in `jobs`, --jobs at a time in worker processes of
-    --threads each (in this process with --jobs 1); done(key, row) gets each row as it comes."""
+    """Measure every (keys, measure_checkpoint's arguments) in `jobs`, --jobs at a time in worker processes
+    of --threads each (in this process with --jobs 1); done(keys, row) gets each row as it comes."""
     if args.jobs == 1 or len(jobs) <= 1:
-        for key, run, path, fine_tune in jobs:
-            done(key, measure_checkpoint(run, path, args, fine_tune))
+        for job in jobs:
+            done(*_measure(job))
         return
     # spawn, not fork: a forked child would inherit PyTorch's thread pool mid-use
     with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs)), _worker_init, (args.threads,)) as pool:
-        for key, row in pool.imap_unordered(_measure, [(key, run, path, args, ft) for key, run, path, ft in jobs]):
-            done(key, row)
+        for keys, row in pool.imap_unordered(_measure, jobs):
+            done(keys, row)
         pool.close()
         pool.join()
 
@@ -356,8 +326,8 @@ def measured_checkpoints(run, run_args):
 
 
 def study_seeds(args, names):
-    """The default mode: every seed's runs pre-trained side by side, then every checkpoint
-    measured side by side; each seed saved in its folder once its rows are in -> all rows, times."""
+    """The default mode: every seed's runs pre-trained side by side, then every checkpoint measured
+    side by side; each seed saved in its folder once its rows are in -> all rows, times."""
     outs = {seed: args.out if len(args.seed) == 1 else os.path.join(args.out, f"seed{seed}") for seed in args.seed}
     rows, times = {}, {}
     for seed, out in outs.items():
@@ -368,68 +338,60 @@ def study_seeds(args, names):
     todo = [seed for seed in args.seed if seed not in rows]
     plans = {(seed, name): plan_run(name, args, seed, outs[seed]) for seed in todo for name in names}
     pretrained = pretrain_all(list(plans.values()), args)
-    jobs, share, got = [], {}, {}  # share: objectives that share an init share its step-0 row
+    jobs, got = [], {}  # a job's keys: the (seed, objective, step) of each row it measures
     for seed in todo:
-        inits = {}
+        inits = {}  # objectives that share an init share its step-0 row
         for name in names:
             run = plans[seed, name][0]
             cfg = checkpoints.read_json(os.path.join(run, "config.json"))
             init = json.dumps([cfg["model_config"], seed, cfg["args"]["data"], cfg["args"]["max_len"]])
             if init not in inits:
-                inits[init] = (seed, name, 0)
-                jobs.append(((seed, name, 0), run, None, True))
-            share[seed, name, 0] = inits[init]
-            every = args.mlm_ft_every if name == "mlm" else 0  # MLM's last is what the others are compared with
-            jobs += [((seed, name, step), run, p, not every or step % every == 0 or step == cfg["args"]["steps"])
+                jobs.append((inits.setdefault(init, []), run, None, args, True))
+            inits[init].append((seed, name, 0))
+            every, last = (args.mlm_ft_every if name == "mlm" else 0), cfg["args"]["steps"]  # MLM's last: the goal
+            jobs += [([(seed, name, step)], run, p, args, not every or step % every == 0 or step == last)
                      for step, p in measured_checkpoints(run, cfg["args"])]
-    left = {seed: sum(job[0][0] == seed for job in jobs) for seed in todo}
+    left, cpu = {seed: sum(job[0][0][0] == seed for job in jobs) for seed in todo}, dict.fromkeys(todo, 0)
 
-    def done(key, row):
-        seed, name, step = key
-        got[key] = row
+    def done(keys, row):
+        seed, name, step = keys[0]
+        got.update(dict.fromkeys(keys, row))
         say(f"seed {seed} {name} step {step}", row)
-        left[seed] -= 1
+        left[seed], cpu[seed] = left[seed] - 1, cpu[seed] + row["cpu_s"]
         if left[seed]:
             return
-        keys = [k for k in sorted(set(share) | set(got), key=lambda k: (names.index(k[1]), k[2])) if k[0] == seed]
-        rows[seed] = [{"variant": k[1], "seed": seed, **got[share.get(k, k)], "step": k[2]} for k in keys]
-        times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o, _ in
-                                    (plans[seed, n] for n in names) if o in pretrained},
-                       "measure_cpu_s": round(sum(got[k]["cpu_s"] for k in got if k[0] == seed))}
-        save(outs[seed], args, times[seed], rows[seed], format_table(rows[seed]), single=True)
+        keys = sorted((k for k in got if k[0] == seed), key=lambda k: (names.index(k[1]), k[2]))
+        rows[seed] = [{"variant": k[1], "seed": seed, **got[k], "step": k[2]} for k in keys]
+        trained = [plans[seed, n][0] for n in names if plans[seed, n][0] in pretrained]
+        times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o in trained},
+                       "measure_cpu_s": round(cpu[seed])}
+        save(outs[seed], args, times[seed], rows[seed], format_table(rows[seed]))
     measure_all(jobs, args, done)
     return [r for seed in args.seed for r in rows[seed]], times
 
 
-# ----------------------------------------------------------------------------- TaCL's and RetroMAE's miniatures
-
-RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
-
-
 def miniature_study(args, t0):
-    """One pre-training seed. --tacl: MLM for --steps, then --continue_steps more of TaCL and, as the
-    control, of MLM, both from MLM's final checkpoint with the same flags (weight decay 0, as TaCL's
-    AdamW); OUT/tacl.json, tacl_table.md, tacl_heatmap.png. --retromae: MLM for --steps (OUT/stage0),
-    then mlm, taco and retromae continue from its final weights for --continue_steps each (new
-    optimizer and schedule, as RetroMAE continues bert-base), their [CLS] vectors probed too;
-    OUT/study.json, table.md. The init and every final encoder are measured alike -> rows."""
+    """One pre-training seed, MLM for --steps, then continuations from its final weights (new
+    optimizer and schedule) for --continue_steps each -> rows of the init and of every final encoder.
+    --tacl: tacl and, as the control, mlm_continued, both with weight decay 0 (as TaCL's AdamW);
+    OUT/tacl.json, tacl_table.md, tacl_heatmap.png. --retromae: mlm, taco and retromae from OUT/stage0,
+    their [CLS] vectors probed too; OUT/study.json, table.md."""
     seed = args.seed[0]
+    first = plan_run("mlm", args, seed, args.out if args.tacl else os.path.join(args.out, "stage0"))
     if args.tacl:
-        first = plan_run("mlm", args, seed, args.out)
-        tail = ["--steps", str(args.continue_steps), "--weight_decay", "0"]
-        plan = lambda: {name: plan_run(name, args, seed, args.out, ["--objective", objective, "--init", first[0], *tail],
-                                       first[0]) for name, objective in (("tacl", "tacl"), ("mlm_continued", "mlm"))}
-    else:
-        first = plan_run("mlm", args, seed, os.path.join(args.out, "stage0"))
-        cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
-        plan = lambda: {name: plan_run(name, cont, seed, args.out, ["--init", first[0]], first[0])
-                        for name in RETROMAE_VARIANTS}
+        cont, tail = args, ["--steps", str(args.continue_steps), "--weight_decay", "0"]
+        objectives = {"tacl": ["--objective", "tacl"], "mlm_continued": ["--objective", "mlm"]}
+    else:  # each continuation's --steps and --save_every: --continue_steps
+        cont, tail = argparse.Namespace(**{**vars(args), "steps": args.continue_steps,
+                                           "save_every": args.continue_steps}), []
+        objectives = dict.fromkeys(RETROMAE_VARIANTS, [])
+    plan = lambda: {name: plan_run(name, cont, seed, args.out, [*objective, "--init", first[0], *tail], first[0])
+                    for name, objective in objectives.items()}
     plan()  # every run in the way refused before any training
     pretrain_all([first], args)
     plans = plan()  # again: what to reuse depends on the init's checkpoint
     pretrain_all(list(plans.values()), args)
-    t_train = time.time() - t0
-    rows, panels = [], {}
+    t_train, rows, panels = time.time() - t0, [], {}
     for name, run in {"mlm (init)" if args.tacl else "init (MLM stage 0)": first[0],
                       **{name: plan[0] for name, plan in plans.items()}}.items():
         path = checkpoints.latest_checkpoint(run)
@@ -439,8 +401,8 @@ def miniature_study(args, t0):
         say(name, rows[-1])
         if args.tacl:  # one sentence's token x token cosines
             encoder, tok, run_args, _ = analyze.load_encoder(path)
-            tokens, panels[name] = analyze.token_cosines(encoder, tok, analyze.heatmap_sentence(run_args["data"],
-                                                                                              args.cache_dir))
+            sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
+            tokens, panels[name] = analyze.token_cosines(encoder, tok, sentence)
     times = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
     save(args.out, args, times, rows, format_tacl_table(rows) if args.tacl else format_retromae_table(rows),
          name="tacl" if args.tacl else "study", drawn=False)
@@ -452,30 +414,27 @@ def miniature_study(args, t0):
 
 def main(argv=None):
     p = cli.ArgumentParser(description="Pre-train several objectives alike; measure every checkpoint.",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=cli.HelpFormatter)
     p.add_argument("--out", default="runs/study", help="one run directory per objective, plus study.json / table.md")
     p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
     p.add_argument("--tacl", action="store_true", help="TaCL's miniature instead of --variants: MLM for --steps, "
                    "then --continue_steps of tacl and of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
     p.add_argument("--retromae", action="store_true", help="RetroMAE's miniature instead: MLM for --steps, then "
                    "mlm, taco and retromae continued from it for --continue_steps (--variants ignored)")
-    p.add_argument("--continue_steps", type=int_range(1), default=600,
-                   help="--tacl / --retromae: steps of each continuation")
+    p.add_argument("--continue_steps", type=int_range(1), default=600, help="--tacl / --retromae: steps per continuation")
     p.add_argument("--force", action="store_true", help="replace runs in OUT that study.py did not create "
                    "(without it, such a run in the way is an error; finished runs with the same settings are reused)")
-    # pre-training: None = taco.py's default for --size
-    p.add_argument("--size", default="tiny", help="model size (taco.py --size)")
-    p.add_argument("--data", default="toy", help="pre-training text (taco.py --data)")
-    p.add_argument("--steps", type=int_range(0), default=1200,
-                   help="pre-training steps (0: taco.py's recipe for --size; "
-                   "tiny's 600 ends before MLM has left its unigram plateau)")
+    # pre-training, every objective alike: taco.py's flags (its parser checks their values)
+    p.add_argument("--steps", type=int_range(0), default=1200, help="pre-training steps (0: taco.py's recipe for "
+                   "--size; tiny's 600 ends before MLM has left its unigram plateau)")
     p.add_argument("--save_every", type=int_range(1), default=150, help="checkpoint (and measure) every N steps")
-    p.add_argument("--max_len", type=int_range(8, 512), default=None, help="pre-training block length")
-    p.add_argument("--batch_size", type=int_range(1), default=None, help="pre-training global batch")
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="pre-training peak learning rate")
-    p.add_argument("--seed", type=cli.list_of(int_range(0, 2**32 - 1)), default=[0],
-                   help="pre-training seed, shared by every objective; several (0,1,2) go into OUT/seed<S> "
-                   "and OUT/table.md gives mean ± std over them")
+    for flag, kind, default, what in [("size", str, "tiny", "model size"), ("data", str, "toy", "text"),
+                                      ("max_len", int, None, "block length"), ("batch_size", int, None, "global batch"),
+                                      ("lr", float, None, "peak learning rate")]:
+        p.add_argument(f"--{flag}", type=kind, default=default, help=f"pre-training {what} (taco.py --{flag}"
+                       + (", default: its recipe's)" if default is None else ")"))
+    p.add_argument("--seed", type=cli.list_of(int_range(0, 2**32 - 1)), default=[0], help="pre-training seed, shared "
+                   "by every objective; several (0,1,2) go into OUT/seed<S>, OUT/table.md: mean ± std over them")
     p.add_argument("--taco_args", default="", help="further taco.py flags for every objective, e.g. '--warmup 100' "
                    "(not flags that make a variant another one, e.g. --objective, nor study.py's own)")
     p.add_argument("--launcher", default="", help="command in front of taco.py, e.g. 'torchrun --nproc_per_node=8' "
@@ -483,8 +442,8 @@ def main(argv=None):
     p.add_argument("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
     # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
     p.add_argument("--ft_seeds", type=cli.list_of(int_range(0, 2**32 - 1), empty_ok=True), default=None,
-                   help="fine-tuning seeds per checkpoint ('' = none; default 1,2,3,4,5,6, and 1,2,3 for "
-                   "--tacl / --retromae)")
+                   help="fine-tuning seeds per checkpoint ('' = none; default 1,2,3,4,5,6, and 1,2,3 for --tacl / "
+                   "--retromae)")
     p.add_argument("--ft_heldout", type=int_range(0), default=None, help="held-out pairs of the toy pair task, from "
                    "a random stream of their own, that score each fine-tuned model besides the 1,000 dev pairs "
                    "(0 = none; default 5000, none for --tacl / --retromae)")
@@ -549,20 +508,15 @@ def study(args, t0):
         if miniature:
             return miniature_study(args, t0)
         rows, times = study_seeds(args, names)
+        usage = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # with the children's
+        cpu = round(sum(u.ru_utime + u.ru_stime for u in usage))
+        times = {"per_seed": times, "wall_s": round(time.time() - t0), "cpu_s": cpu}
         if len(args.seed) > 1:
-            times = {"per_seed": times, **elapsed(t0)}
             save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
                  + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
                    f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
-        print(f"wall time {round(time.time() - t0)} s, CPU time {elapsed(t0)['cpu_s']} s")
+        print(f"wall time {times['wall_s']} s, CPU time {times['cpu_s']} s")
         return rows
-
-
-def elapsed(t0):
-    """Wall seconds since t0 and CPU seconds of this process and every child it has waited for."""
-    cpu = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
-    return {"wall_s": round(time.time() - t0), "cpu_s": round(cpu)}
 
 
 def finished(out, args, seed):
@@ -579,13 +533,13 @@ def finished(out, args, seed):
     return None
 
 
-def save(out, args, times, rows, table, single=False, name="study", drawn=True):
-    """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the
-    printed table, unless not `drawn` the plot (--plot's path for the study's own folder, else OUT/study.png)."""
+def save(out, args, times, rows, table, name="study", drawn=True):
+    """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the table
+    printed unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png or --plot)."""
     checkpoints.write_json(os.path.join(out, f"{name}.json"), {"settings": vars(args), "time": times, "rows": rows})
     checkpoints.atomic_write(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"),
                              lambda f: f.write((table + "\n").encode()))
-    if not single or len(args.seed) == 1:
+    if out == args.out:
         print(table)
     if drawn:
         plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))

@@ -11,6 +11,9 @@ from tools import analyze
 # (key, label, +1 if higher is better): what "reaches MLM's final value" compares
 GOALS = [("ft_heldout_mean", "fine-tuned (held-out)", 1), ("ft_mean", "fine-tuned (dev)", 1),
          ("eval_mlm_loss", "MLM loss", -1), ("wordsim_cooc", "co-occurring words' cosine", 1)]
+CTX = ["ctx score (blocks)", "ctx score (documents)", "co-occurring words' cosine (Fig. 3a)", "wordsim ρ (extra)"]
+CTX_KEYS = ["ctx_score", "ctx_doc_score", "wordsim_cooc", "wordsim_spearman"]
+FT = ["fine-tuned dev (acc+F1)/2", "fine-tuned held-out (acc+F1)/2"]
 
 
 def real(v):
@@ -22,27 +25,34 @@ def fmt(v, s="{:.3f}"):
     return "–" if real(v) is None else s.format(v)
 
 
+def md(header, body):
+    """A Markdown table's lines: the header's cells, the rule, then one line per list of cells."""
+    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"
+    return [line(header), "|" + "---|" * len(header), *map(line, body)]
+
+
 def format_tacl_table(rows):
-    layers = len(rows[0]["self_similarity"])
-    lines = ["| model | steps | eval MLM loss / acc | " + " | ".join(f"self-sim. layer {i}" for i in range(1, layers + 1))
-             + " | ctx score (intra − inter) | wordsim ρ | fine-tuned dev (acc+F1)/2 |", "|" + "---|" * (layers + 6)]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['step']} | {r['eval_mlm_loss']:.3f} / {r['eval_mlm_acc']:.3f} | "
-                     + " | ".join(f"{v:.3f}" for v in r["self_similarity"])
-                     + f" | {r['ctx_score']:.3f} ({r['ctx_intra']:.3f} − {r['ctx_inter']:.3f}) | "
-                     f"{r['wordsim_spearman']:.3f} | {pm(r, 'ft')} |")
-    return "\n".join(lines)
+    layers = range(1, len(rows[0]["self_similarity"]) + 1)
+    return "\n".join(md(["model", "steps", "eval MLM loss / acc", *(f"self-sim. layer {i}" for i in layers),
+                         "ctx score (intra − inter)", "wordsim ρ", FT[0]],
+                        [[r["variant"], r["step"], f"{fmt(r['eval_mlm_loss'])} / {fmt(r['eval_mlm_acc'])}",
+                          *map(fmt, r["self_similarity"]),
+                          f"{fmt(r['ctx_score'])} ({fmt(r['ctx_intra'])} − {fmt(r['ctx_inter'])})",
+                          fmt(r["wordsim_spearman"]), pm(r, "ft")] for r in rows]))
+
+
+def format_retromae_table(rows):
+    keys = ["ndcg@10", "mrr@10", "recall@100", "sts_spearman", "ctx_score", "wordsim_spearman"]
+    return "\n".join(md(["objective", "steps", "retrieval nDCG@10", "MRR@10", "Recall@100", "STS ρ", "ctx score",
+                         "wordsim ρ", FT[0]], [[r["variant"], r["step"], *(fmt(r[k]) for k in keys), pm(r, "ft")]
+                                              for r in rows]))
 
 
 def format_table(rows):
     """One seed's rows: the table and, per objective, the first step that reaches MLM's final value."""
-    lines = ["| objective | step | eval MLM loss | eval MLM acc | ctx intra | ctx inter | ctx score (blocks) "
-             "| ctx score (documents) | co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) "
-             "| fine-tuned dev (acc+F1)/2 | fine-tuned held-out (acc+F1)/2 |", "|" + "---|" * 12]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['step']} | {fmt(r['eval_mlm_loss'])} | {fmt(r['eval_mlm_acc'])} | "
-                     f"{fmt(r['ctx_intra'])} | {fmt(r['ctx_inter'])} | {fmt(r['ctx_score'])} | {fmt(r['ctx_doc_score'])} | "
-                     f"{fmt(r['wordsim_cooc'])} | {fmt(r['wordsim_spearman'])} | {pm(r, 'ft')} | {pm(r, 'ft_heldout')} |")
+    keys = ["eval_mlm_loss", "eval_mlm_acc", "ctx_intra", "ctx_inter", *CTX_KEYS]
+    lines = md(["objective", "step", "eval MLM loss", "eval MLM acc", "ctx intra", "ctx inter", *CTX, *FT],
+               [[r["variant"], r["step"], *(fmt(r[k]) for k in keys), pm(r, "ft"), pm(r, "ft_heldout")] for r in rows])
     ref = [r for r in rows if r["variant"] == "mlm"]
     if ref:  # the speed-up claim: the first step at which each objective matches MLM's final value
         goals = [g for g in GOALS if ref[-1].get(g[0]) is not None]
@@ -104,46 +114,39 @@ def format_seeds_table(rows, seeds):
     at which each objective first reaches MLM's final fine-tuned score (for each score of
     scores()), how often and the median; the paired gap to MLM's final score; where the spread
     comes from (fine-tuning seeds, dev pairs, pre-training); the contextual score's ordering."""
-    held = any(r.get("ft_heldout_scores") for r in rows)
-    lines = [f"Mean ± std over pre-training seeds {', '.join(map(str, seeds))} (fine-tuned: the mean over "
-             "fine-tuning seeds of each pre-training seed, then mean ± std over pre-training seeds; points)\n",
-             "| objective | step | eval MLM loss | ctx score (blocks) | ctx score (documents) "
-             "| co-occurring words' cosine (Fig. 3a) | wordsim ρ (extra) | fine-tuned dev (acc+F1)/2 "
-             + ("| fine-tuned held-out (acc+F1)/2 |" if held else "|"), "|" + "---|" * (9 if held else 8)]
+    ft = ["ft_mean", "ft_heldout_mean"][:1 + any(r.get("ft_heldout_scores") for r in rows)]
+    body = []
     for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows):
         at = [r for r in rows if r["variant"] == v and r["step"] == step]
-        lines.append(f"| {v} | {step} | {ms([r['eval_mlm_loss'] for r in at])} | {ms([r['ctx_score'] for r in at])} | "
-                     f"{ms([r['ctx_doc_score'] for r in at])} | {ms([r['wordsim_cooc'] for r in at])} | "
-                     f"{ms([r['wordsim_spearman'] for r in at])} | {ms([r['ft_mean'] for r in at], 100, '{:.1f}')} |"
-                     + (f" {ms([r['ft_heldout_mean'] for r in at], 100, '{:.1f}')} |" if held else ""))
-    kinds, others = scores(rows), [v for v in dict.fromkeys(r["variant"] for r in rows) if v != "mlm"]
-    if not kinds or not any(r["variant"] == "mlm" for r in rows):
+        body.append([v, step, *(ms([r[k] for r in at]) for k in ["eval_mlm_loss", *CTX_KEYS]),
+                     *(ms([r[k] for r in at], 100, "{:.1f}") for k in ft)])
+    lines = [f"Mean ± std over pre-training seeds {', '.join(map(str, seeds))} (fine-tuned: the mean over "
+             "fine-tuning seeds of each pre-training seed, then mean ± std over pre-training seeds; points)\n",
+             *md(["objective", "step", "eval MLM loss", *CTX, *FT[:len(ft)]], body)]
+    kinds, variants = scores(rows), list(dict.fromkeys(r["variant"] for r in rows))
+    others = [v for v in variants if v != "mlm"]
+    if not kinds or not others or "mlm" not in variants:
         return "\n".join(lines)
     by_seed = {s: [r for r in rows if r["seed"] == s] for s in seeds}
     last = max(r["step"] for r in rows if r["variant"] == "mlm")
-    lines += ["", f"### When each objective first reaches MLM's final fine-tuned score (step {last:,}), per seed", "",
-              "| seed | " + " | ".join(f"MLM final, {label} | " + " | ".join(others) for label, _ in kinds.values())
-              + " |",
-              "|" + "---|" * (1 + len(kinds) * (1 + len(others)))]
-    hits = {}
+    hits, body = {}, []
     for s in seeds:
-        cells = []
+        body.append([s])
         for label, key in kinds.values():
             goal = value([r for r in by_seed[s] if r["variant"] == "mlm"][-1], key)
-            cells.append(fmt(goal and 100 * goal, "{:.1f}"))
+            body[-1].append(fmt(goal and 100 * goal, "{:.1f}"))
             for v in others:
                 hits[label, v, s] = first_match(by_seed[s], v, key)
-                cells.append(f"not by {last:,}" if hits[label, v, s] is None else f"{hits[label, v, s]:,}")
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    lines.append("")
+                body[-1].append(f"not by {last:,}" if hits[label, v, s] is None else f"{hits[label, v, s]:,}")
+    lines += ["", f"### When each objective first reaches MLM's final fine-tuned score (step {last:,}), per seed", "",
+              *md(["seed", *(c for label, _ in kinds.values() for c in (f"MLM final, {label}", *others))], body), ""]
     for label, _ in kinds.values():
         for v in others:
             steps = [hits[label, v, s] for s in seeds]
-            reached = [h for h in steps if h is not None]
             median = np.median([math.inf if h is None else h for h in steps])
-            lines.append(f"- {v}, {label}: reaches it with {len(reached)} of {len(seeds)} seeds; median step "
-                         + (f"{median:,.0f} ({median / last:.2f} of MLM's steps)" if math.isfinite(median)
-                            else f"not by {last:,}"))
+            lines.append(f"- {v}, {label}: reaches it with {sum(h is not None for h in steps)} of {len(seeds)} seeds; "
+                         "median step " + (f"{median:,.0f} ({median / last:.2f} of MLM's steps)"
+                                           if math.isfinite(median) else f"not by {last:,}"))
     lines += gap_lines(rows, seeds, kinds, others, last) + noise_lines(rows, seeds, kinds, others, last)
     if "taco" in others:
         pairs = [(a["ctx_score"], b["ctx_score"]) for a in rows if a["variant"] == "taco" and a["step"]
@@ -169,18 +172,18 @@ def gap_lines(rows, seeds, kinds, others, last):
     """Per step, each objective's score minus MLM's final score, paired by seed: with the steady
     score and with the first half of the fine-tuning seeds on the dev pairs."""
     kinds = [kinds[k] for k in ("heldout", "first") if k in kinds]
-    lines = ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
-             "| objective | step | " + " | ".join(f"{label}: mean ± std | seeds ahead" for label, _ in kinds) + " |",
-             "|" + "---|" * (2 + 2 * len(kinds))]
+    if not kinds:
+        return []
+    body = []
     for v in others:
         per_kind = [gaps(rows, seeds, v, key, last) for _, key in kinds]
-        for step in sorted(per_kind[0]):
-            if not step:
-                continue
-            cells = [f"{ms(g.get(step, []), 100, '{:+.1f}')} | {sum(x >= 0 for x in g.get(step, []))} of "
-                     f"{len(g.get(step, []))}" for g in per_kind]
-            lines.append(f"| {v} | {step} | " + " | ".join(cells) + " |")
-    return lines
+        for step in sorted(s for s in per_kind[0] if s):
+            at = [g.get(step, []) for g in per_kind]
+            body.append([v, step, *(c for g in at for c in (ms(g, 100, "{:+.1f}"), f"{sum(x >= 0 for x in g)} of "
+                                                                                 f"{len(g)}"))])
+    header = [c for label, _ in kinds for c in (f"{label}: mean ± std", "seeds ahead")]
+    return ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
+            *md(["objective", "step", *header], body)]
 
 
 def noise_lines(rows, seeds, kinds, others, last):
@@ -191,11 +194,7 @@ def noise_lines(rows, seeds, kinds, others, last):
     crossing criterion's gap (objective at a step minus MLM's final)."""
     if not {"heldout", "dev", "first", "second"} <= set(kinds) or len(seeds) < 2:
         return []
-    n = len(rows[0]["ft_scores"])
-    lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
-             "| objective | step | one fine-tuning vs its checkpoint's mean, held-out | same, dev 1,000 "
-             f"| pre-training seeds' means ({n} fine-tunings each, held-out) | of which pre-training "
-             "| dev 1,000 minus held-out, one fine-tuned model (mean ± std) |", "|" + "---|" * 7]
+    n, body = len(rows[0]["ft_scores"]), []
     for v, step in dict.fromkeys((r["variant"], r["step"]) for r in rows if r["step"] and r["ft_heldout_scores"]):
         at = [r for r in rows if r["variant"] == v and r["step"] == step]
         ft_h = math.sqrt(np.mean([np.var(r["ft_heldout_scores"], ddof=1) for r in at]))
@@ -203,26 +202,27 @@ def noise_lines(rows, seeds, kinds, others, last):
         between = float(np.std([r["ft_heldout_mean"] for r in at], ddof=1))
         pre = math.sqrt(max(0.0, between ** 2 - ft_h ** 2 / n))
         dev_err = ms([d - h for r in at for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], 100, "{:+.1f}")
-        lines.append(f"| {v} | {step} | {100 * ft_h:.1f} | {100 * ft_d:.1f} | {100 * between:.1f} | {100 * pre:.1f} "
-                     f"| {dev_err} |")
-    held, dev_all, first, second = (kinds[k][1] for k in ("heldout", "dev", "first", "second"))
-    lines += ["", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
-              f"pooled over the steps from {last // 2:,} on:"]
+        body.append([v, step, *(f"{100 * x:.1f}" for x in (ft_h, ft_d, between, pre)), dev_err])
+    lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
+             *md(["objective", "step", "one fine-tuning vs its checkpoint's mean, held-out", "same, dev 1,000",
+                  f"pre-training seeds' means ({n} fine-tunings each, held-out)", "of which pre-training",
+                  "dev 1,000 minus held-out, one fine-tuned model (mean ± std)"], body),
+             "", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
+             f"pooled over the steps from {last // 2:,} on:"]
     for v in others:
-        g = {k: gaps(rows, seeds, v, key, last) for k, key in (("h", held), ("d", dev_all), ("a", first), ("b", second))}
-        steps = [s for s in g["h"] if s >= last // 2]
-        halves = [a - b for s in steps for a, b in zip(g["a"][s], g["b"][s])]
+        h, d, a, b = (gaps(rows, seeds, v, kinds[k][1], last) for k in ("heldout", "dev", "first", "second"))
+        steps = [s for s in h if s >= last // 2]
+        halves = [x - y for s in steps for x, y in zip(a[s], b[s])]
         ft_half = math.sqrt(np.mean(np.square(halves)) / 2)  # one half's fine-tuning noise: Var(a - b) = 2 Var
-        shift = [d - h for s in steps for d, h in zip(g["d"][s], g["h"][s])]
+        shift = [x - y for s in steps for x, y in zip(d[s], h[s])]
         dev = float(np.std(shift, ddof=1))
-        old = math.sqrt(ft_half ** 2 + dev ** 2)
-        spread = math.sqrt(np.mean([np.var(g["h"][s], ddof=1) for s in steps]))
+        spread = math.sqrt(np.mean([np.var(h[s], ddof=1) for s in steps]))
         pre = math.sqrt(max(0.0, spread ** 2 - ft_half ** 2 / 2))  # all seeds: half the variance of a half
         lines.append(f"- {v}: measured with {n // 2} fine-tuning seeds on the 1,000 dev pairs, the gap carries "
                      f"{100 * ft_half:.1f} points of fine-tuning noise and {100 * dev:.1f} of dev-pair sampling "
-                     f"({100 * old:.1f} together; the dev pairs also shift it by {100 * np.mean(shift):+.1f} on "
-                     f"average); over pre-training seeds, the held-out gap ({n} seeds) spreads "
-                     f"{100 * spread:.1f} points, {100 * pre:.1f} of them pre-training")
+                     f"({100 * math.hypot(ft_half, dev):.1f} together; the dev pairs also shift it by "
+                     f"{100 * np.mean(shift):+.1f} on average); over pre-training seeds, the held-out gap ({n} seeds) "
+                     f"spreads {100 * spread:.1f} points, {100 * pre:.1f} of them pre-training")
     return lines
 
 
@@ -235,28 +235,26 @@ def plot(rows, path):
         return
     held = any(r.get("ft_heldout_scores") for r in rows)
     ft_key = "ft_heldout_mean" if held else "ft_mean"
-    panels = [("ctx_score", "contextual score (intra - inter cosine; dashed: documents)"),
-              ("wordsim_cooc", "co-occurring words' embedding cosine (Fig. 3a)"),
-              ("eval_mlm_loss", "held-out MLM loss"),
-              (ft_key, f"fine-tuned {'held-out' if held else 'dev'} (acc+F1)/2 (dotted: MLM's final)")]
-    variants, seeds = list(dict.fromkeys(r["variant"] for r in rows)), list(dict.fromkeys(r.get("seed") for r in rows))
+    panels = [(["ctx_score", "ctx_doc_score"], "contextual score (intra - inter cosine; dashed: documents)"),
+              (["wordsim_cooc"], "co-occurring words' embedding cosine (Fig. 3a)"),
+              (["eval_mlm_loss"], "held-out MLM loss"),
+              ([ft_key], f"fine-tuned {'held-out' if held else 'dev'} (acc+F1)/2 (dotted: MLM's final)")]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    for ax, (key, title) in zip(axes.flat, panels):
-        for i, v in enumerate(variants):
-            for k, style in [(key, "-"), ("ctx_doc_score", "--")] if key == "ctx_score" else [(key, "-")]:
+    for ax, (keys, title) in zip(axes.flat, panels):
+        for i, v in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+            for k, style in zip(keys, ("-", "--")):
                 mine = [r for r in rows if r["variant"] == v and value(r, k) is not None]
-                n = len({r.get("seed") for r in mine})
                 if not mine:
                     continue
-                for s in seeds if n > 1 else ():
-                    line = [(r["step"], r[k]) for r in mine if r.get("seed") == s]
-                    if line:
-                        ax.plot(*zip(*line), style, color=f"C{i}", lw=0.6, alpha=0.35)
+                seeds = list(dict.fromkeys(r.get("seed") for r in mine))
+                for s in seeds if len(seeds) > 1 else ():
+                    ax.plot(*zip(*[(r["step"], r[k]) for r in mine if r.get("seed") == s]), style, color=f"C{i}",
+                            lw=0.6, alpha=0.35)
                 steps = sorted({r["step"] for r in mine})
                 mean = [np.mean([r[k] for r in mine if r["step"] == x]) for x in steps]
                 ax.plot(steps, mean, style, marker="o", ms=3, color=f"C{i}", lw=2,
-                        label=(f"{v} (mean of {n} seeds)" if n > 1 else v) if style == "-" else None)
-                if k == ft_key and v == "mlm" and mean:  # MLM's final
+                        label=(f"{v} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else v) if style == "-" else None)
+                if k == ft_key and v == "mlm":  # MLM's final
                     ax.axhline(mean[-1], color=f"C{i}", ls=":", lw=1)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("pre-training step")
@@ -265,12 +263,3 @@ def plot(rows, path):
     fig.tight_layout()
     analyze.save_figure(fig, path, plt)  # OUT/seed<S> made if missing
     print(f"plot: {path}")
-
-
-def format_retromae_table(rows):
-    lines = ["| objective | steps | retrieval nDCG@10 | MRR@10 | Recall@100 | STS ρ | ctx score | wordsim ρ "
-             "| fine-tuned dev (acc+F1)/2 |", "|" + "---|" * 9]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['step']} | {r['ndcg@10']:.3f} | {r['mrr@10']:.3f} | {r['recall@100']:.3f} | "
-                     f"{r['sts_spearman']:.3f} | {r['ctx_score']:.3f} | {r['wordsim_spearman']:.3f} | {pm(r, 'ft')} |")
-    return "\n".join(lines)
