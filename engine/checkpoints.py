@@ -38,15 +38,12 @@ def atomic_write(path, write, size=None):
             raise cli.DiskFull(os.path.dirname(path), size, os.path.basename(path)) from None
         raise
     dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
+    os.fsync(dir_fd)  # the rename itself survives a power cut
+    os.close(dir_fd)
 
 
 def remove_leftovers(folder):
-    """Delete the temp files of a writer killed mid-write (kill -9, a second signal): called by
-    the holder of the folder's lock, the only one that writes there."""
+    """Delete the temp files of a writer killed mid-write (kill -9): by the folder's lock holder."""
     for name in os.listdir(folder):
         stem, _, pid = name.rpartition(".tmp")
         if stem and pid.isdigit():
@@ -204,8 +201,7 @@ VERIFIED = {}  # checkpoint path -> identity() when this process last found it v
 
 
 def identity(st, manifest):
-    """What must stay the same for a verified checkpoint to be still valid without hashing it again:
-    the file (device, inode, size, modification time) and its manifest."""
+    """What must stay the same for a verified checkpoint to be still valid without hashing it again."""
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, json.dumps(manifest, sort_keys=True)
 
 
@@ -286,13 +282,8 @@ def read_state(f, path, need=WEIGHTS):
         raise UsageError(f"{path} is not a taco checkpoint: it holds a {type(state).__name__}, not the dict "
                          f"taco saves ({', '.join(need)}, ...)")
     missing = [k for k in need if k not in state]
-    wrong = [k for k in ("model", "model_config", "optimizer", "scaler", "args")
-             if k in need and k in state and not isinstance(state[k], dict)]
-    if "model" in need and "model" not in missing + wrong and not all(
-            isinstance(v, torch.Tensor) for v in state["model"].values()):
-        wrong.append("model")  # weights that are not tensors
-    if "step" in need and "step" in state and type(state["step"]) is not int:
-        wrong.append("step")
+    wrong = [k for k in need if k in state and (type(state[k]) is not int if k == "step" else k in RESUME and not (
+        isinstance(state[k], dict) and (k != "model" or all(isinstance(v, torch.Tensor) for v in state[k].values()))))]
     if missing or wrong:
         what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong)}"
         raise UsageError(f"{path} is not a taco checkpoint: it {what}")

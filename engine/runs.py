@@ -71,12 +71,11 @@ class RunLock(contextlib.AbstractContextManager):
 
 
 class StopSignals(contextlib.AbstractContextManager):
-    """While active, a first SIGINT / SIGTERM / SIGHUP sets `signum`: the loop saves and stops at the
-    next step boundary. A second one stops the process at once, exit 128 + its number, after printing
-    `at_once(its name)` (what is saved). A step can take minutes on a CPU, much of it in one backward
-    pass, during which Python runs no signal handler: a thread sees each signal as it arrives
-    (signal.set_wakeup_fd), tells `say` of the first and ends the process at the second (os._exit:
-    checkpoints are atomic, a torn metrics line is tolerated)."""
+    """While active, a first SIGINT / SIGTERM / SIGHUP sets `signum` (the loop saves and stops at the
+    next step boundary); a second one stops at once, exit 128 + its number, after printing
+    `at_once(its name)`. During a backward pass Python runs no signal handler, so a thread sees each
+    signal as it arrives (signal.set_wakeup_fd), tells `say` of the first and ends the process at the
+    second (os._exit: checkpoints are atomic, a torn metrics line is tolerated)."""
 
     def __init__(self, say=None, at_once=lambda name: ""):
         self.say, self.at_once, self.signum = say, at_once, 0
@@ -117,7 +116,8 @@ class StopSignals(contextlib.AbstractContextManager):
 # ----------------------------------------------------------------------------- processes
 
 def setup_distributed(device_arg):
-    """torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a plain `python taco.py` is rank 0 of 1."""
+    """-> (rank, local rank, world size, device): torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a
+    plain `python taco.py` is rank 0 of 1."""
     device = cli.device(device_arg)  # one line if it cannot be used here
     if "RANK" not in os.environ:
         return 0, 0, 1, device
@@ -168,7 +168,7 @@ def also_missing(args):
         raise
 
 
-class Run:
+class Run(contextlib.AbstractContextManager):
     """The engineering of one taco.py run. `with Run(args) as run:` sets its state in one place,
     before the loop's first line: torchrun's ranks, CPU threads, the checks across flags, --out and
     its lock, the checkpoint to resume from, the precision; leaving it releases what the run holds.
@@ -178,9 +178,6 @@ class Run:
 
     def __init__(self, args):
         self.args = args
-
-    def __enter__(self):
-        args = self.args
         with contextlib.ExitStack() as stack:  # released at once if a check below fails, else by __exit__
             self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
             if self.world > 1:
@@ -189,7 +186,7 @@ class Run:
             self.threads = cli.set_threads(args.threads)
             if args.compile:
                 cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
-            check_args(args, self.world, self.warn)  # before anything is written
+            check_args(args, self.world, lambda message: self.say(f"warning: {message}"))  # before writing anything
             self.dtype, self.autocast = cli.precision(self.device, args.dtype)
             if self.master:  # --out, before anything in it is read or written
                 stack.enter_context(RunLock(args.out))
@@ -210,23 +207,17 @@ class Run:
             self.skipped, self.signum, self.last_ckpt, self.last_eval = self.checkpoint.get("skipped", 0), 0, None, None
             self.metrics, self.estimated = os.path.join(args.out, "metrics.jsonl"), False
             self.exit = stack.pop_all()
-        return self
 
     def __exit__(self, *exc):
         self.exit.close()
 
-    def say(self, line):
-        """A line on stderr from rank 0, above the progress bar if one is drawn."""
+    def say(self, line):  # rank 0, above the progress bar if one is drawn
         if self.master:
             tqdm.write(line, file=sys.stderr)
 
-    def warn(self, message):
-        self.say(f"warning: {message}")
-
     def tokens(self, tok):
         """The corpus as one token array (a memory map). Rank 0 tokenises and caches (hours for the
-        paper's corpora); the others wait for its verified cache, not in a collective that would
-        time out (NCCL: 10 min); torchrun ends them if rank 0 fails."""
+        paper's corpora); the others wait for its cache, not in a collective that would time out."""
         args = self.args
         if self.master:
             return tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
@@ -235,10 +226,8 @@ class Run:
         return tokens
 
     def begin(self, raw, optimizer, scaler, tok, batches, eval_blocks, init=None):
-        """Refuse to clobber another run or to resume with other settings or inputs; when resuming,
-        restore the checkpoint's weights, optimizer and scaler. Then rank 0 writes config.json (every
-        resolved setting) and vocab.txt, drops the metrics logged after the checkpoint, and prints
-        the start line. -> the step to start at (a run resumed at --steps: nothing to do, said)."""
+        """Refuse to clobber another run or to resume with other settings or inputs; restore a
+        checkpoint; rank 0 writes config.json and vocab.txt. -> the step to start at."""
         args, self.cfg, self.steps_per_epoch, self.n_eval = self.args, raw.config, batches.per_epoch, len(eval_blocks)
         # what the run depends on: the vocabulary's and the token array's checksums
         self.depends = {"vocab_sha256": checkpoints.sha256(tok.vocab_file),
@@ -256,10 +245,9 @@ class Run:
         return self.start
 
     def check_resume(self, init):
-        """The settings compared are the checkpoint's own (config.json is a copy for people to read).
-        The vocabulary and the token array must be the ones it was trained on (their checksums; with
-        --force a change is a warning); a resumed TaCL run must find the same --init its teacher was
-        built from (e.g. not --init RUN whose newest checkpoint is now another one)."""
+        """The settings compared are the checkpoint's own (config.json is a copy for people to read), and
+        so are the checksums of the vocabulary and the token array; a TaCL run's teacher is rebuilt from
+        --init, which must not have changed (e.g. --init RUN whose newest checkpoint is now another)."""
         args, old, now = self.args, self.checkpoint["args"], self.depends
         was = self.checkpoint.get("depends") if isinstance(self.checkpoint.get("depends"), dict) else {}
         changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and old.get(k) != v
@@ -277,9 +265,9 @@ class Run:
         if problem and not args.force:
             raise UsageError(f"--resume: {problem}, or pass --force to continue anyway (not an exact resume)")
         if problem:
-            self.warn(f"--resume --force: {problem.split(';')[0]}; continuing on it (not an exact resume)")
+            self.say(f"warning: --resume --force: {problem.split(';')[0]}; continuing on it (not an exact resume)")
         if old.get("device_batch_size") not in (None, args.device_batch_size):
-            self.warn(f"--resume in micro-batches of {args.device_batch_size} sequences, not the "
+            self.say(f"warning: --resume in micro-batches of {args.device_batch_size} sequences, not the "
                       f"{old['device_batch_size']} this run was trained in: "
                       + ("TACO draws its negatives from other sequences of the micro-batch, so from here on "
                          "from another pool" if args.objective == "taco" else "the loss is averaged over other "
@@ -294,8 +282,8 @@ class Run:
                                  f"TaCL teacher was built from; resume with that one or pass --force")
 
     def check_clobber(self):
-        """A new run in a folder that holds one: only with --force (or one stopped before its first
-        checkpoint, or torchrun's restart); its files go."""
+        """A new run in a folder that holds one (its files go): only with --force, after a stop before
+        its first checkpoint, or in torchrun's restart."""
         args = self.args
         if not (os.path.exists(os.path.join(args.out, "config.json")) or checkpoints.list_checkpoints(args.out)):
             return
@@ -326,7 +314,6 @@ class Run:
                              f"resume with its settings or start a new --out") from err
 
     def write_config(self, raw, tok, batches, eval_blocks, init):
-        """Rank 0: config.json, vocab.txt, the metrics up to the checkpoint, the start line."""
         args, cfg, start, accum, blocks = self.args, self.cfg, self.start, batches.accumulation, len(batches.blocks)
         params = sum(p.numel() for p in raw.parameters())
         checkpoints.write_json(os.path.join(args.out, "config.json"), {
@@ -352,9 +339,8 @@ class Run:
               + (f" | resumed at step {start}" if self.resuming else ""))
 
     def steps(self, start):
-        """The steps start .. --steps - 1 under a progress bar (rank 0, on a terminal; elsewhere,
-        such as a log file, a line every --log_every steps). From here on a first stop signal asks
-        the loop to save and stop at the next step boundary; a second one stops at once."""
+        """The steps start .. --steps - 1 under a progress bar (in a log file: a line every --log_every
+        steps), and from here on StopSignals."""
         self.stop = self.exit.enter_context(StopSignals(self.master and self.say, self.stopped_at_once))
         self.plain = not sys.stderr.isatty()  # tqdm would write ~250 bytes a step into a log
         self.bar = tqdm(range(start, self.args.steps), initial=start, total=self.args.steps,
@@ -363,11 +349,9 @@ class Run:
         return self.bar
 
     def reseed(self, step):
-        """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws
-        what an unbroken one would: dropout (torch's global generator), masking (a CPU generator,
-        returned first) and TC's sampling (returned second: on a GPU a generator of its own; on
-        the CPU the masking one, drawn on after it; with --negatives_from global, rank 0's, so
-        that every rank draws the same global sample)."""
+        """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws what
+        an unbroken one would: dropout (torch's), masking (a CPU generator) and TC's sampling (on a GPU
+        a generator of its own, on the CPU the masking one; for --negatives_from global rank 0's)."""
         seed, rank, device = self.args.seed, self.rank, self.device
         torch.manual_seed(step_seed(seed, step, rank))
         masking = torch.Generator().manual_seed(step_seed(seed + 1, step, rank))
@@ -377,17 +361,15 @@ class Run:
             step_seed(seed + 2, step, rank))
 
     def early_estimate(self, i, n):
-        """Before micro-batch i of n: a first step that takes long (minutes on a CPU) gives the
-        estimate from its first micro-batches, after 30 s."""
+        """A first step that takes long (minutes on a CPU) gives the estimate after 30 s."""
         elapsed = time.time() - self.t0
         if i and self.done == self.start and elapsed >= 30:
             self.estimate(elapsed / i * n, f"the first {i} of a step's {n} micro-batches")
 
     def agree(self, step, losses, grad_norm):
-        """The step's one host sync: every rank agrees whether its losses and gradient norm are
-        finite (fp16's scaler handles overflowing gradients itself) and whether a stop signal came,
-        in one all-reduce of two flags. -> True to take the step. A non-finite step stops the run
-        (exit 3), or with --skip_nonfinite is skipped and counted."""
+        """The step's one host sync: every rank agrees whether its losses and gradient norm are finite
+        (fp16's scaler handles overflowing gradients itself) and whether a stop signal came. -> True
+        to take the step; a non-finite one stops the run (exit 3), or --skip_nonfinite counts it."""
         ok = torch.isfinite(losses).all() & (torch.isfinite(grad_norm) | (self.dtype == "fp16"))
         flags = torch.stack([(~ok).float(), torch.full((), float(self.stop.signum), device=self.device)])
         if self.world > 1:
@@ -401,13 +383,11 @@ class Run:
         return not bad
 
     def eval_due(self, done):
-        """Evaluate after this step? Rank 0, every --eval_every steps and at the end."""
         return self.master and self.n_eval > 0 and (done % self.args.eval_every == 0 or done == self.args.steps)
 
     def log(self, done, losses, lr, grad_norm, evals):
         """Rank 0: the losses read to the host (a sync) only every --log_every steps and with an
-        evaluation: then the bar (in a log: a line), metrics.jsonl; a line at each evaluation;
-        once an estimate of the time left."""
+        evaluation, for the bar (in a log: a line) and metrics.jsonl."""
         args, self.done = self.args, done
         self.tokens_seen += args.batch_size * args.max_len
         if not self.master:
@@ -440,7 +420,6 @@ class Run:
         checkpoints.append_jsonl(self.metrics, {"step": done, **record, **evals})
 
     def estimate(self, per_step, basis):
-        """Once, early in the run (rank 0): how long the steps left take at this pace."""
         if self.master and not self.estimated:
             self.estimated, left = True, self.args.steps - self.done
             self.say(f"estimate: {duration(per_step)} a step here (from {basis}): the {left:,} steps left take "
@@ -450,8 +429,6 @@ class Run:
         return bool(self.signum) and done < self.args.steps
 
     def save(self, done, raw, optimizer, scaler):
-        """When due (every --save_every steps, at the end, and when a signal stops the run), rank 0
-        writes the checkpoint of step `done` (everything exact resume needs)."""
         args = self.args
         if self.master and (done % args.save_every == 0 or done == args.steps or self.stopping(done)):
             self.last_ckpt = checkpoints.save_checkpoint(args.out, {
@@ -462,7 +439,7 @@ class Run:
                 args.keep_last)
 
     def stop_if_signalled(self, done):
-        """After a signal: every rank stops after the same step, once rank 0 has saved it (exit 128 + it)."""
+        """Every rank stops after the same step, once rank 0 has saved it."""
         if not self.stopping(done):
             return
         if self.world > 1:
@@ -472,14 +449,12 @@ class Run:
                               f"to continue, run the same command with --resume" if self.master else "")
 
     def stopped_at_once(self, name):
-        """The message of a second signal (rank 0): the steps since the last checkpoint are lost."""
         last = self.last_ckpt or self.resume_from
         saved = (f"the last checkpoint is {last}: to continue from it, run the same command with --resume" if last
                  else "no checkpoint was saved yet: the same command starts the run over")
         return f"stopped at once by a second {name} after step {self.done} (not saved); {saved}" if self.master else ""
 
     def end(self):
-        """The summary line of the last evaluation; every rank leaves together."""
         if self.master and (ev := self.last_eval):
             mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}" if "eval_mlm_loss" in ev
                    else "no eval MLM (masking chose no held-out token)")
