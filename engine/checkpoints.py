@@ -120,6 +120,9 @@ def read_jsonl(path):
 
 
 def sha256(path):
+    """The sha256 of a file's content; None for a folder (a Hugging Face model)."""
+    if os.path.isdir(path):
+        return None
     with open(path, "rb") as f:
         return file_sha256(f)
 
@@ -282,8 +285,11 @@ def read_state(f, path, need=WEIGHTS):
         raise UsageError(f"{path} is not a taco checkpoint: it holds a {type(state).__name__}, not the dict "
                          f"taco saves ({', '.join(need)}, ...)")
     missing = [k for k in need if k not in state]
-    wrong = [k for k in need if k in state and (type(state[k]) is not int if k == "step" else k in RESUME and not (
-        isinstance(state[k], dict) and (k != "model" or all(isinstance(v, torch.Tensor) for v in state[k].values()))))]
+    wrong = [k for k in need if k in state and k in RESUME and not (  # dicts, and an int step (not a bool)
+        type(state[k]) is int if k == "step" else isinstance(state[k], dict))]
+    if "model" in need and "model" not in missing + wrong and not all(
+            isinstance(v, torch.Tensor) for v in state["model"].values()):
+        wrong.append("model")  # weights that are not tensors
     if missing or wrong:
         what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong)}"
         raise UsageError(f"{path} is not a taco checkpoint: it {what}")

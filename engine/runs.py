@@ -179,14 +179,14 @@ class Run(contextlib.AbstractContextManager):
     def __init__(self, args):
         self.args = args
         with contextlib.ExitStack() as stack:  # released at once if a check below fails, else by __exit__
-            self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
+            self.rank, _, self.world, self.device = setup_distributed(args.device)
             if self.world > 1:
                 stack.callback(dist.destroy_process_group)
             self.master = self.rank == 0
             self.threads = cli.set_threads(args.threads)
             if args.compile:
                 cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
-            check_args(args, self.world, lambda message: self.say(f"warning: {message}"))  # before writing anything
+            check_args(args, self.world, lambda text: self.say(f"warning: {text}"))  # before writing anything
             self.dtype, self.autocast = cli.precision(self.device, args.dtype)
             if self.master:  # --out, before anything in it is read or written
                 stack.enter_context(RunLock(args.out))
@@ -204,8 +204,9 @@ class Run(contextlib.AbstractContextManager):
             if args.resume and not (found or self.restarted or self.unsaved):
                 raise UsageError(f"--resume: no valid checkpoint in {args.out}")
             self.start = self.done = self.checkpoint.get("step", 0)
-            self.skipped, self.signum, self.last_ckpt, self.last_eval = self.checkpoint.get("skipped", 0), 0, None, None
-            self.metrics, self.estimated = os.path.join(args.out, "metrics.jsonl"), False
+            self.skipped, self.signum, self.estimated = self.checkpoint.get("skipped", 0), 0, False
+            self.last_ckpt = self.last_eval = None
+            self.metrics = os.path.join(args.out, "metrics.jsonl")
             self.exit = stack.pop_all()
 
     def __exit__(self, *exc):
@@ -228,7 +229,7 @@ class Run(contextlib.AbstractContextManager):
     def begin(self, raw, optimizer, scaler, tok, batches, eval_blocks, init=None):
         """Refuse to clobber another run or to resume with other settings or inputs; restore a
         checkpoint; rank 0 writes config.json and vocab.txt. -> the step to start at."""
-        args, self.cfg, self.steps_per_epoch, self.n_eval = self.args, raw.config, batches.per_epoch, len(eval_blocks)
+        args, self.steps_per_epoch, self.n_eval = self.args, batches.per_epoch, len(eval_blocks)
         # what the run depends on: the vocabulary's and the token array's checksums
         self.depends = {"vocab_sha256": checkpoints.sha256(tok.vocab_file),
                         "tokens_sha256": tokens_sha256(args.data, tok, args.cache_dir)}
@@ -267,17 +268,16 @@ class Run(contextlib.AbstractContextManager):
         if problem:
             self.say(f"warning: --resume --force: {problem.split(';')[0]}; continuing on it (not an exact resume)")
         if old.get("device_batch_size") not in (None, args.device_batch_size):
+            why = ("TACO draws its negatives from other sequences of the micro-batch, so from here on from another "
+                   "pool" if args.objective == "taco" else "the loss is averaged over other micro-batches")
             self.say(f"warning: --resume in micro-batches of {args.device_batch_size} sequences, not the "
-                      f"{old['device_batch_size']} this run was trained in: "
-                      + ("TACO draws its negatives from other sequences of the micro-batch, so from here on "
-                         "from another pool" if args.objective == "taco" else "the loss is averaged over other "
-                         "micro-batches") + " (not an exact resume)")
+                     f"{old['device_batch_size']} this run was trained in: {why} (not an exact resume)")
         if args.objective == "tacl" and not args.force:
             try:
                 recorded = checkpoints.read_json(os.path.join(args.out, "config.json")).get("init") or {}
             except (OSError, UsageError):  # no (readable) config.json: nothing recorded to compare with
                 return
-            if recorded.get("sha256") != file_sha256(init.source):
+            if recorded.get("sha256") != checkpoints.sha256(init.source):
                 raise UsageError(f"--init now gives {init.source}, not the {recorded.get('source')} this run's "
                                  f"TaCL teacher was built from; resume with that one or pass --force")
 
@@ -314,17 +314,18 @@ class Run(contextlib.AbstractContextManager):
                              f"resume with its settings or start a new --out") from err
 
     def write_config(self, raw, tok, batches, eval_blocks, init):
-        args, cfg, start, accum, blocks = self.args, self.cfg, self.start, batches.accumulation, len(batches.blocks)
+        args, cfg, start, accum, blocks = self.args, raw.config, self.start, batches.accumulation, len(batches.blocks)
         params = sum(p.numel() for p in raw.parameters())
         checkpoints.write_json(os.path.join(args.out, "config.json"), {
             "args": vars(args), "model_config": asdict(cfg), "world_size": self.world, "accumulation": accum,
             "dtype": self.dtype, "train_blocks": blocks, "eval_blocks": len(eval_blocks), "parameters": params,
-            "depends": self.depends, "init": init and {"source": init.source, "sha256": file_sha256(init.source)}})
+            "depends": self.depends,
+            "init": init and {"source": init.source, "sha256": checkpoints.sha256(init.source)}})
         vocab = os.path.join(args.out, "vocab.txt")
         if not (os.path.exists(vocab) and os.path.samefile(tok.vocab_file, vocab)):
             with open(tok.vocab_file, "rb") as f:
                 checkpoints.write_bytes(vocab, f.read())
-        if self.resuming and os.path.exists(self.metrics):  # drop lines logged after the checkpoint (and a torn one)
+        if self.resuming and os.path.exists(self.metrics):  # drop lines logged after the checkpoint, a torn one
             checkpoints.write_jsonl(self.metrics, [r for r in checkpoints.read_jsonl(self.metrics)
                                                    if r.get("step", 0) <= start])
         threads, why = self.threads
@@ -433,7 +434,7 @@ class Run(contextlib.AbstractContextManager):
         if self.master and (done % args.save_every == 0 or done == args.steps or self.stopping(done)):
             self.last_ckpt = checkpoints.save_checkpoint(args.out, {
                 "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                "step": done, "skipped": self.skipped, "model_config": asdict(self.cfg), "args": vars(args),
+                "step": done, "skipped": self.skipped, "model_config": asdict(raw.config), "args": vars(args),
                 "depends": self.depends,
                 "data_position": {"epoch": done // self.steps_per_epoch, "batch": done % self.steps_per_epoch}},
                 args.keep_last)
@@ -467,11 +468,6 @@ class Run(contextlib.AbstractContextManager):
 # The name of the loss compute_loss returns third (logged as "tc", as the bar names it): TACO's TC
 # loss, TaCL's, RetroMAE's decoder loss; MLM has none.
 AUX_LOSS = {"taco": "tc", "tacl": "tacl", "retromae": "dec", "mlm": None}
-
-
-def file_sha256(path):
-    """The sha256 of --init's file (None for a Hugging Face folder): what a TaCL teacher was built from."""
-    return checkpoints.sha256(path) if os.path.isfile(path) else None
 
 
 def duration(seconds):
