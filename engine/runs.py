@@ -77,7 +77,7 @@ class StopSignals(contextlib.AbstractContextManager):
     signal as it arrives (signal.set_wakeup_fd), tells `say` of the first and ends the process at the
     second (os._exit: checkpoints are atomic, a torn metrics line is tolerated)."""
 
-    def __init__(self, say=None, at_once=lambda name: ""):
+    def __init__(self, say, at_once):
         self.say, self.at_once, self.signum = say, at_once, 0
         self.old = {s: signal.signal(s, self.handle) for s in cli.STOPS if signal.getsignal(s) is not signal.SIG_IGN}
         self.wake = socket.socketpair()  # the interpreter writes each signal's number into wake[1]
@@ -94,7 +94,7 @@ class StopSignals(contextlib.AbstractContextManager):
             if signum not in cli.STOPS:
                 continue
             seen, name = seen + 1, signal.Signals(signum).name
-            if seen == 1 and self.say:
+            if seen == 1:
                 self.say(f"{name}: stopping after this step, once it is saved; a second signal stops at once")
             elif seen > 1:
                 if message := self.at_once(name):
@@ -342,7 +342,7 @@ class Run(contextlib.AbstractContextManager):
     def steps(self, start):
         """The steps start .. --steps - 1 under a progress bar (in a log file: a line every --log_every
         steps), and from here on StopSignals."""
-        self.stop = self.exit.enter_context(StopSignals(self.master and self.say, self.stopped_at_once))
+        self.stop = self.exit.enter_context(StopSignals(self.say, self.stopped_at_once))
         self.plain = not sys.stderr.isatty()  # tqdm would write ~250 bytes a step into a log
         self.bar = tqdm(range(start, self.args.steps), initial=start, total=self.args.steps,
                         disable=not self.master or self.plain, dynamic_ncols=True, desc="train")
