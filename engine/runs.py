@@ -218,7 +218,8 @@ class Run(contextlib.AbstractContextManager):
 
     def tokens(self, tok):
         """The corpus as one token array (a memory map). Rank 0 tokenises and caches (hours for the
-        paper's corpora); the others wait for its cache, not in a collective that would time out."""
+        paper's corpora); the others wait for its cache, not in a collective that would time out
+        (torchrun ends them if rank 0 fails)."""
         args = self.args
         if self.master:
             return tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
