@@ -2,11 +2,11 @@
 rename) and tolerant readers of the project's own JSON files; checkpoints (ckpt_<step>.pt and a
 manifest with its size and sha256, verified before use, rotated); and the weights a run or a
 script starts from (--init, --model: a run folder, a checkpoint file or a Hugging Face folder).
-
 User mistakes are cli.UsageError: one `error:` line, exit 2 (docs/robustness.md).
 """
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -21,9 +21,9 @@ from model import SIZES, BertConfig, BertForPreTraining
 # ----------------------------------------------------------------------------- files we write ourselves
 
 def atomic_write(path, write, size=None):
-    """write(f) into a temp file in the same folder, fsync, rename: readers and a kill at
-    any moment see the old file or the new one, never a mix. A full disk is one line naming
-    the folder and `size`, the bytes the file needs (the old file stays, the temp file goes)."""
+    """write(f) into a temp file in the same folder, fsync, rename: readers and a kill at any moment
+    see the old file or the new one, never a mix. A full disk is one line naming the folder and
+    `size`, the bytes the file needs (the old file stays, the temp file goes)."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
@@ -38,28 +38,17 @@ def atomic_write(path, write, size=None):
             raise cli.DiskFull(os.path.dirname(path), size, os.path.basename(path)) from None
         raise
     dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
+    os.fsync(dir_fd)  # the rename itself survives a power cut
+    os.close(dir_fd)
 
 
 def remove_leftovers(folder):
-    """Delete the temp files of a writer killed mid-write (kill -9, a second signal): called by
-    the holder of the folder's lock, the only one that writes there."""
+    """Delete the temp files of a writer killed mid-write (kill -9): by the folder's lock holder."""
     for name in os.listdir(folder):
         stem, _, pid = name.rpartition(".tmp")
         if stem and pid.isdigit():
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(folder, name))
-
-
-def copy_vocab(src, out):
-    """OUT/vocab.txt, written atomically; nothing to do when --vocab is that file already."""
-    dst = os.path.join(out, "vocab.txt")
-    if not (os.path.exists(dst) and os.path.samefile(src, dst)):
-        with open(src, "rb") as f:
-            write_bytes(dst, f.read())
 
 
 def write_bytes(path, data):
@@ -75,9 +64,8 @@ def write_jsonl(path, records):
 
 
 def append_jsonl(path, record):
-    """Append one record as a line; a torn last line (a kill during an earlier append) is
-    dropped first, so that it cannot glue itself to the new line. A full disk leaves the file
-    as it was."""
+    """Append one record as a line, after dropping a torn last line (a kill during an earlier append)
+    that would glue itself to it. A full disk leaves the file as it was."""
     if os.path.exists(path) and os.path.getsize(path):
         with open(path, "rb") as f:
             f.seek(-1, os.SEEK_END)
@@ -86,84 +74,78 @@ def append_jsonl(path, record):
             write_jsonl(path, read_jsonl(path))
     line = memoryview((json.dumps(record) + "\n").encode())
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    size, needed = os.fstat(fd).st_size, len(line)
     try:
-        size, needed = os.fstat(fd).st_size, len(line)
-        try:
-            while line:
-                line = line[os.write(fd, line):]
-        except OSError as err:
-            os.ftruncate(fd, size)  # no half line
-            if cli.disk_full(err):
-                raise cli.DiskFull(os.path.dirname(path), needed, os.path.basename(path)) from None
-            raise
+        while line:
+            line = line[os.write(fd, line):]
+    except OSError as err:
+        os.ftruncate(fd, size)  # no half line
+        if cli.disk_full(err):
+            raise cli.DiskFull(os.path.dirname(path), needed, os.path.basename(path)) from None
+        raise
     finally:
         os.close(fd)
 
 
-def read_json(path):
-    """A JSON object written by this project; anything else is one clear line."""
-    cli.regular_file(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path} is not valid JSON ({err}); truncated or edited?") from None
+def json_object(obj, where):
     if not isinstance(obj, dict):
-        raise UsageError(f"{path} holds a JSON {type(obj).__name__}, not an object")
+        raise UsageError(f"{where} holds a JSON {type(obj).__name__}, not an object")
     return obj
 
 
+def read_json(path):
+    """A JSON object written by this project; anything else is one clear line."""
+    try:
+        with open(cli.regular_file(path), encoding="utf-8") as f:
+            return json_object(json.load(f), path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path} is not valid JSON ({err}); truncated or edited?") from None
+
+
 def read_jsonl(path):
-    """The records (objects) of a JSON-lines file this project appends to. A last line cut
-    short (no newline: a kill during an append) is dropped with a warning; any other bad
-    line is an error."""
-    cli.regular_file(path)
-    with open(path, "rb") as f:
+    """The objects of a JSON-lines file this project appends to. A last line cut short (no newline:
+    a kill during an append) is dropped with a warning; any other bad line is an error."""
+    with open(cli.regular_file(path), "rb") as f:
         lines = f.read().split(b"\n")
     records = []
     for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
         try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as err:
-            if no == len(lines):  # no newline after it: torn
-                print(f"warning: {path}: dropped its last line, cut short ({len(line)} bytes)", file=sys.stderr)
-                break
-            raise UsageError(f"{path} line {no} is not valid JSON ({err})") from None
-        if not isinstance(record, dict):
-            raise UsageError(f"{path} line {no} holds a JSON {type(record).__name__}, not an object")
-        records.append(record)
+            if line.strip():
+                records.append(json_object(json.loads(line), f"{path} line {no}"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            if no < len(lines):  # a newline after it: not torn
+                raise UsageError(f"{path} line {no} is not valid JSON ({err})") from None
+            print(f"warning: {path}: dropped its last line, cut short ({len(line)} bytes)", file=sys.stderr)
     return records
 
 
 def sha256(path):
+    """The sha256 of a file's content; None for a folder (a Hugging Face model)."""
+    if os.path.isdir(path):
+        return None
     with open(path, "rb") as f:
         return file_sha256(f)
 
 
 def file_sha256(f):
-    """The sha256 of an open file's content, read from its start in chunks."""
+    """The sha256 of an open file's content, read from its start; leaves it at its start."""
     h = hashlib.sha256()
     f.seek(0)
     for chunk in iter(lambda: f.read(1 << 22), b""):
         h.update(chunk)
+    f.seek(0)
     return h.hexdigest()
 
 
 class HashingWriter:
-    """A file opened for writing that also hashes what goes through it: a checkpoint's sha256
-    as it is written, without reading the file back."""
+    """A file that hashes what is written to it: a checkpoint's sha256 without reading it back."""
 
-    def __init__(self, f):
-        self.f, self.hash = f, hashlib.sha256()
+    def __init__(self, f, hash):
+        self.f, self.hash, self.flush = f, hash, f.flush
 
     def write(self, data):
         self.hash.update(data)
         return self.f.write(data)
-
-    def flush(self):
-        self.f.flush()
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -174,27 +156,18 @@ RESUME = WEIGHTS + ("optimizer", "scaler", "step", "args")  # and what --resume 
 
 def save_checkpoint(out, state, keep_last):
     """ckpt_<step>.pt, then its manifest ckpt_<step>.json (step, bytes, sha256 hashed as it is written).
-
-    A checkpoint counts only once its manifest exists, so a kill at any moment leaves either
-    the previous set of valid checkpoints or the new one; a full disk leaves the previous set
-    and one line. Rotation (rotate_checkpoints) keeps the newest keep_last valid ones.
-    """
-    path = os.path.join(out, f"ckpt_{state['step']:08d}.pt")
-    after = "; the earlier checkpoints are intact: run the same command with --resume"
-    writer = None
-
-    def write(f):
-        nonlocal writer
-        writer = HashingWriter(f)
-        torch.save(state, writer)
+    A checkpoint counts only once its manifest exists, so a kill at any moment leaves either the
+    previous set of valid checkpoints or the new one; a full disk leaves the previous set and one line.
+    Rotation then keeps the newest keep_last valid ones."""
+    path, hashed = os.path.join(out, f"ckpt_{state['step']:08d}.pt"), hashlib.sha256()
     try:
-        atomic_write(path, write, state_bytes(state))
-        manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": writer.hash.hexdigest()}
+        atomic_write(path, lambda f: torch.save(state, HashingWriter(f, hashed)), state_bytes(state))
+        manifest = {"step": state["step"], "bytes": os.path.getsize(path), "sha256": hashed.hexdigest()}
         write_json(path[:-3] + ".json", manifest)
     except cli.DiskFull as err:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)  # a checkpoint without its manifest would only take space
-        raise UsageError(f"{err}{after}") from None
+        raise UsageError(f"{err}; the earlier checkpoints are intact: run the same command with --resume") from None
     VERIFIED[path] = identity(os.stat(path), manifest)  # hashed as written: rotation need not read it again
     rotate_checkpoints(out, keep_last, path)
     return path
@@ -204,29 +177,17 @@ def state_bytes(obj):
     """The bytes of the tensors in a (nested) checkpoint state: about its size on disk."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(state_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(state_bytes(v) for v in obj)
-    return 0
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return sum(map(state_bytes, values))
 
 
 def rotate_checkpoints(out, keep_last, newest):
-    """Delete checkpoints older than the keep_last newest *valid* ones (`newest`, just written,
-    among them). Only verified checkpoints count, so an invalid one (a corrupted file that a
-    resume skipped) can never push a valid one out; checkpoints after `newest` (left by a run
-    resumed from an earlier step) are not touched. A checkpoint this process wrote or verified
-    is not hashed again while its file and manifest stay as they were (VERIFIED)."""
+    """Delete checkpoints older than the keep_last newest *valid* ones (`newest`, just written, among
+    them). Only verified ones count, so an invalid one (a corrupted file that a resume skipped) never
+    pushes a valid one out; checkpoints after `newest` (a run resumed from an earlier step) stay."""
     older = [p for p in list_checkpoints(out) if p < newest]  # zero-padded steps: name order is step order
-    valid = [newest]
-    for path in older:
-        if len(valid) == keep_last:
-            break
-        if verify_checkpoint(path) is None:
-            valid.append(path)
-    if len(valid) < keep_last:
-        return
-    for old in (p for p in older if p < valid[-1]):
+    valid = [newest, *itertools.islice((p for p in older if verify_checkpoint(p) is None), keep_last - 1)]
+    for old in (p for p in older if len(valid) == keep_last and p < valid[-1]):
         VERIFIED.pop(old, None)
         for p in (old[:-3] + ".json", old):  # the manifest first: a half-deleted one never counts
             with contextlib.suppress(FileNotFoundError):
@@ -235,18 +196,15 @@ def rotate_checkpoints(out, keep_last, newest):
 
 def list_checkpoints(out):
     """Checkpoint files that have a manifest, newest first (not yet verified)."""
-    if not os.path.isdir(out):
-        return []
-    names = sorted((n for n in os.listdir(out) if n.startswith("ckpt_") and n.endswith(".json")), reverse=True)
-    return [os.path.join(out, n[:-5] + ".pt") for n in names]
+    names = sorted(os.listdir(out) if os.path.isdir(out) else [], reverse=True)
+    return [os.path.join(out, n[:-5] + ".pt") for n in names if n.startswith("ckpt_") and n.endswith(".json")]
 
 
 VERIFIED = {}  # checkpoint path -> identity() when this process last found it valid (hashed it or wrote it)
 
 
 def identity(st, manifest):
-    """What must stay the same for a verified checkpoint to be still valid without hashing it again:
-    the file (device, inode, size, modification time) and its manifest."""
+    """What must stay the same for a verified checkpoint to be still valid without hashing it again."""
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, json.dumps(manifest, sort_keys=True)
 
 
@@ -256,8 +214,7 @@ def verify_checkpoint(path, f=None):
     rotation deletes the file meanwhile. A checkpoint found valid before is not hashed again."""
     try:
         manifest = read_json(path[:-3] + ".json")
-        with contextlib.ExitStack() as stack:
-            f = f or stack.enter_context(open(cli.regular_file(path, "checkpoint"), "rb"))
+        with contextlib.nullcontext(f) if f else open(cli.regular_file(path, "checkpoint"), "rb") as f:
             st = os.fstat(f.fileno())
             if st.st_size != manifest.get("bytes"):
                 return f"size {st.st_size} != {manifest.get('bytes')} (truncated?)"
@@ -275,29 +232,26 @@ def vanished(path):
     return not (os.path.exists(path) and os.path.exists(path[:-3] + ".json"))
 
 
-def latest_checkpoint(out, tries=20):
-    """The newest checkpoint in `out` that passes verification, or None."""
-    return newest_checkpoint(out, tries=tries, load=False)
-
-
-def newest_checkpoint(out, need=WEIGHTS, tries=20, load=True):
-    """(path, state) of the newest valid checkpoint of run folder `out` at the moment of reading,
-    or None (load=False: its path only). It is opened, verified through the open file and loaded
-    from it, so a run saving beside us, whose rotation deletes what we listed, never fails the
-    read: a vanished checkpoint means a newer one was written, so we list again."""
+def latest_checkpoint(out, need=None, tries=20):
+    """The newest checkpoint of run folder `out` that matches its manifest at the moment of reading:
+    its path, or None; with `need`, (path, state) loaded from the very file verified. A run saving
+    beside us, whose rotation deletes what we listed, never fails the read: a vanished checkpoint
+    means a newer one was written, so we list again."""
     gone = set()
     for _ in range(tries):
         for path in list_checkpoints(out):
             try:
-                state = load_checkpoint(path, need) if load else None
-                if not load and (reason := verify_checkpoint(path)):
-                    raise UsageError(reason)
-                return (path, state) if load else path
-            except (UsageError, FileNotFoundError) as err:
-                if vanished(path) and path not in gone:  # listed again once gone: half of it is left, not rotation
-                    gone.add(path)
-                    break
-                print(f"warning: skipping checkpoint {path}: {err}", file=sys.stderr)
+                f = open(cli.regular_file(path, "checkpoint"), "rb")
+            except (OSError, UsageError) as err:
+                reason = f"unreadable ({err})"
+            else:
+                with f:
+                    if not (reason := verify_checkpoint(path, f)):
+                        return (path, read_state(f, path, need)) if need else path
+            if vanished(path) and path not in gone:  # listed again once gone: half of it is left, not rotation
+                gone.add(path)
+                break
+            print(f"warning: skipping checkpoint {path}: {reason}", file=sys.stderr)
         else:
             return None
     raise UsageError(f"{out}: its checkpoints were deleted faster than they could be read ({tries} tries)")
@@ -319,40 +273,35 @@ def stopped_before_first_checkpoint(out):
         return None
 
 
-def check_content(state, path, need=WEIGHTS):
-    """One line naming `path` unless `state` is what taco saves: a dict with the keys `need`,
-    weights that are tensors, an integer step."""
+def read_state(f, path, need=WEIGHTS):
+    """The state in checkpoint `f` (an open file, or its path: mapped, not read) if it is what taco
+    saves: a dict with the keys `need` (weights_only: tensors and plain types), weights that are
+    tensors, an integer step; else one line naming `path`."""
+    try:
+        state = torch.load(f, map_location="cpu", weights_only=True, mmap=isinstance(f, str))
+    except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
     if not isinstance(state, dict):
         raise UsageError(f"{path} is not a taco checkpoint: it holds a {type(state).__name__}, not the dict "
                          f"taco saves ({', '.join(need)}, ...)")
     missing = [k for k in need if k not in state]
-    wrong = [k for k in ("model", "model_config", "optimizer", "scaler", "args")
-             if k in need and k in state and not isinstance(state[k], dict)]
+    wrong = [k for k in need if k in state and k in RESUME and not (  # dicts, and an int step (not a bool)
+        type(state[k]) is int if k == "step" else isinstance(state[k], dict))]
     if "model" in need and "model" not in missing + wrong and not all(
             isinstance(v, torch.Tensor) for v in state["model"].values()):
         wrong.append("model")  # weights that are not tensors
-    if "step" in need and "step" in state and type(state["step"]) is not int:
-        wrong.append("step")
     if missing or wrong:
         what = f"lacks {', '.join(missing)}" if missing else f"has a malformed {', '.join(wrong)}"
         raise UsageError(f"{path} is not a taco checkpoint: it {what}")
+    return state
 
 
 def load_checkpoint(path, need=WEIGHTS):
-    """Load a checkpoint (tensors and plain types only: weights_only=True) that holds what
-    taco writes: a dict with the keys `need`; anything else is one line naming the file.
-    With a manifest, it is verified through the open file it is then loaded from.
-    A file that vanished in between is one line too (newest_checkpoint then lists again)."""
+    """read_state of checkpoint file `path`; with a manifest, verified through the open file first."""
     with open(cli.regular_file(path, "checkpoint"), "rb") as f:
         if os.path.exists(path[:-3] + ".json") and (reason := verify_checkpoint(path, f)):
             raise UsageError(f"checkpoint {path} is invalid: {reason}")
-        f.seek(0)
-        try:
-            state = torch.load(f, map_location="cpu", weights_only=True)
-        except Exception as err:  # a truncated or foreign file: say which, not a traceback
-            raise UsageError(f"cannot read checkpoint {path}: {err.__class__.__name__}") from err
-    check_content(state, path, need)
-    return state
+        return read_state(f, path, need)
 
 
 # ----------------------------------------------------------------------------- weights to start from
@@ -365,8 +314,7 @@ def find_weights(spec):
                          f"or a Hugging Face model directory")
     if not os.path.isdir(spec):
         return cli.regular_file(spec, "checkpoint"), False
-    source = latest_checkpoint(spec)
-    if source is not None:
+    if source := latest_checkpoint(spec):
         return source, False
     if os.path.isfile(os.path.join(spec, "config.json")) and any(
             os.path.isfile(os.path.join(spec, w)) for w in ("model.safetensors", "pytorch_model.bin")):
@@ -389,14 +337,13 @@ def trained_with(spec):
         if is_hf:
             return source, None
         try:
-            ckpt = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+            ckpt = read_state(source, source)
             break
-        except Exception as err:  # a truncated or foreign file: say which, not a traceback
+        except UsageError:
             if not (os.path.isdir(spec) and vanished(source)):
-                raise UsageError(f"cannot read checkpoint {source}: {err.__class__.__name__}") from err
+                raise
     else:
         raise UsageError(f"{spec}: its checkpoints were deleted faster than they could be read")
-    check_content(ckpt, source)
     run, cfg = dict(ckpt["args"]) if isinstance(ckpt.get("args"), dict) else {}, ckpt["model_config"]
     if "recipe" not in run:  # recorded since recipes depend on --init: --size's, unless the model is not that size
         shape = (cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("num_attention_heads"))
@@ -405,9 +352,9 @@ def trained_with(spec):
 
 
 def load_taco(spec, source):
-    """(source, state) of the taco checkpoint `spec` names (find_weights' `source`): of a run folder, its
-    newest valid checkpoint at the moment of reading (a run saving there may rotate `source` away)."""
-    return (newest_checkpoint(spec) if os.path.isdir(spec) else None) or (source, load_checkpoint(source))
+    """(source, state) of the taco checkpoint `spec` names (find_weights' `source`): of a run folder,
+    its newest valid checkpoint at the moment of reading (a run saving there may rotate `source` away)."""
+    return (latest_checkpoint(spec, WEIGHTS) if os.path.isdir(spec) else None) or (source, load_checkpoint(source))
 
 
 class Init(NamedTuple):
@@ -418,9 +365,9 @@ class Init(NamedTuple):
 
 
 def load_init(spec, flag="--init"):
-    """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue
-    from -> Init. Weights only: optimizer, schedule and step start anew. A Hugging Face encoder
-    without an MLM head gets a fresh head (with a note)."""
+    """--init: the weights of a trained BertForPreTraining (encoder + MLM head) to continue from
+    -> Init. Weights only: optimizer, schedule and step start anew. A Hugging Face encoder without
+    an MLM head gets a fresh head (with a note)."""
     source, is_hf = find_weights(spec)
     try:
         if is_hf:
@@ -444,6 +391,5 @@ def load_weights(model, state, spec, flag="--init"):
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # tensors of other shapes than the init's own config says
         raise UsageError(f"{flag} {spec} does not fit the model: {cli.reason(err)}") from err
-    stray = [k for k in missing + unexpected if not k.startswith("decoder.")]
-    if stray:
+    if stray := [k for k in missing + unexpected if not k.startswith("decoder.")]:
         raise UsageError(f"{flag} {spec} does not fit the model: {', '.join(stray[:4])}")

@@ -1,12 +1,8 @@
 """A run's engineering, shared by every script: everything about a run that is not the method.
-
-    the folder    one run per --out (RunLock); signals that stop a run at a step boundary
-    processes     torchrun's ranks: set-up, teardown, agreement across ranks
-    seeds         every step's random numbers from (seed, step, rank): exact resume
-    Run           the moments of taco.py's train(), one call each
-
-What a run writes and reads back (files, checkpoints, the weights it starts from) is in
-checkpoints.py. User mistakes are cli.UsageError: one `error:` line, exit 2 (docs/robustness.md).
+RunLock and StopSignals (one run per --out; a signal stops it at a step boundary), torchrun's ranks,
+seeds from (seed, step, rank) for exact resume, and Run: the moments of taco.py's train(), one call
+each. What a run writes and reads back is in checkpoints.py. User mistakes are cli.UsageError: one
+`error:` line, exit 2 (docs/robustness.md).
 """
 import contextlib
 import fcntl
@@ -31,11 +27,10 @@ from engine.flags import RESUMABLE, check_args
 
 # ----------------------------------------------------------------------------- one run per folder, signals
 
-class RunLock:
-    """Exclusive use of a run folder: flock on FOLDER/.lock, which the kernel drops when its
-    owner dies (even by kill -9), so a lock is never stuck: a dead owner's is taken over with
-    a note. Under torchrun only rank 0 takes it. Creates the folder if needed; if the run
-    ends having written nothing else, it removes the folder again."""
+class RunLock(contextlib.AbstractContextManager):
+    """Exclusive use of a run folder: flock on FOLDER/.lock, which the kernel drops when its owner
+    dies (even by kill -9), so a dead owner's lock is taken over with a note. Under torchrun only
+    rank 0 takes it. Creates the folder if needed and removes it again if the run wrote nothing."""
 
     def __init__(self, folder, flag="--out"):
         cli.output_path(folder, flag, folder=True)
@@ -71,45 +66,37 @@ class RunLock:
             os.remove(os.path.join(self.folder, ".lock"))
             os.rmdir(self.folder)
 
-    def __enter__(self):
-        return self
-
     def __exit__(self, *exc):
         self.release()
 
 
-class StopSignals:
-    """While active, a first SIGINT / SIGTERM / SIGHUP sets `signum`: the loop saves and stops at the next
-    step boundary. A second one, of either kind, stops the process at once, exit 128 + its number,
-    after printing `at_once(its name)` (what is saved). A step can take minutes on a CPU, much of
-    it in one backward pass, during which Python runs no signal handler: a thread sees each
-    signal the moment it arrives (signal.set_wakeup_fd), tells `say` of the first, and ends the
-    process at the second (os._exit: checkpoints are atomic, a torn metrics line is tolerated)."""
+class StopSignals(contextlib.AbstractContextManager):
+    """While active, a first SIGINT / SIGTERM / SIGHUP sets `signum` (the loop saves and stops at the
+    next step boundary); a second one stops at once, exit 128 + its number, after printing
+    `at_once(its name)`. During a backward pass Python runs no signal handler, so a thread sees each
+    signal as it arrives (signal.set_wakeup_fd), tells `say` of the first and ends the process at the
+    second (os._exit: checkpoints are atomic, a torn metrics line is tolerated)."""
 
-    def __init__(self, say=None, at_once=lambda name: ""):
-        self.say, self.at_once = say, at_once
-
-    def __enter__(self):
-        self.signum, self.seen = 0, 0
-        self.old = {s: signal.signal(s, self._handle) for s in cli.STOPS if signal.getsignal(s) is not signal.SIG_IGN}
+    def __init__(self, say, at_once):
+        self.say, self.at_once, self.signum = say, at_once, 0
+        self.old = {s: signal.signal(s, self.handle) for s in cli.STOPS if signal.getsignal(s) is not signal.SIG_IGN}
         self.wake = socket.socketpair()  # the interpreter writes each signal's number into wake[1]
         self.wake[1].setblocking(False)
         self.old_fd = signal.set_wakeup_fd(self.wake[1].fileno(), warn_on_full_buffer=False)
-        threading.Thread(target=self._watch, daemon=True).start()
-        return self
+        threading.Thread(target=self.watch, daemon=True).start()
 
-    def _handle(self, signum, frame):  # the main thread, at its next Python instruction: the loop's flag
+    def handle(self, signum, frame):  # the main thread, at its next Python instruction: the loop's flag
         self.signum = self.signum or signum
 
-    def _watch(self):
+    def watch(self):
+        seen = 0
         while (signum := self.wake[0].recv(1)[0]) != 0:  # 0: __exit__ ends the watch
             if signum not in cli.STOPS:
                 continue
-            self.seen += 1
-            name = signal.Signals(signum).name
-            if self.seen == 1 and self.say:
+            seen, name = seen + 1, signal.Signals(signum).name
+            if seen == 1:
                 self.say(f"{name}: stopping after this step, once it is saved; a second signal stops at once")
-            elif self.seen > 1:
+            elif seen > 1:
                 if message := self.at_once(name):
                     print(message, file=sys.stderr)
                 sys.stdout.flush()
@@ -129,13 +116,13 @@ class StopSignals:
 # ----------------------------------------------------------------------------- processes
 
 def setup_distributed(device_arg):
-    """torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a plain `python taco.py` is rank 0 of 1."""
+    """-> (rank, local rank, world size, device): torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a
+    plain `python taco.py` is rank 0 of 1."""
     device = cli.device(device_arg)  # one line if it cannot be used here
-    device_type = device.type
     if "RANK" not in os.environ:
         return 0, 0, 1, device
     rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    if device_type == "cuda":
+    if device.type == "cuda":
         here, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", 1)), torch.cuda.device_count()
         if here > gpus:  # each process takes the GPU of its local rank
             raise UsageError(f"torchrun started {here} processes on this machine, which has {gpus} CUDA device"
@@ -145,9 +132,9 @@ def setup_distributed(device_arg):
     # dead workers' addresses; a prefix per attempt keeps the new ones from reading them.
     store, _, _ = next(dist.rendezvous("env://"))
     store = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
-    dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo",
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                             store=store, rank=rank, world_size=world)
-    return rank, local_rank, world, torch.device(device_type, local_rank if device_type == "cuda" else None)
+    return rank, local_rank, world, torch.device(device.type, local_rank if device.type == "cuda" else None)
 
 
 def gather_pool(keys, real, group):
@@ -161,8 +148,6 @@ def gather_pool(keys, real, group):
     B = real.shape[0]
     return torch.cat(parts[0]), torch.cat(parts[1]).bool(), slice(rank * B, (rank + 1) * B)
 
-
-# ----------------------------------------------------------------------------- per-step seeds
 
 def step_seed(seed, step, rank):
     """Every step reseeds from (seed, step, rank): resuming needs no RNG state to be exact."""
@@ -183,71 +168,58 @@ def also_missing(args):
         raise
 
 
-class Run:
+class Run(contextlib.AbstractContextManager):
     """The engineering of one taco.py run. `with Run(args) as run:` sets its state in one place,
-    before the loop's first line: torchrun's ranks (or one process), CPU threads, --compile's
-    compiler, the checks across flags, --out and its lock, the checkpoint to resume from, the
-    precision. Leaving it releases what the run holds (the lock, the signal handlers, the process
-    group). Two calls add what needs the model or the loop: begin (the model's config and the
-    inputs' checksums; -> the step to start at) and steps (the bar and the stop signals). train()
-    calls, in this order: tokens, begin, steps, and in the loop reseed, early_estimate, agree (the
-    step's one host sync), eval_due, log, save, stop_if_signalled; then end.
-    """
+    before the loop's first line: torchrun's ranks, CPU threads, the checks across flags, --out and
+    its lock, the checkpoint to resume from, the precision; leaving it releases what the run holds.
+    begin adds what needs the model (-> the step to start at), steps the bar and the stop signals.
+    In the loop: reseed, early_estimate, agree (the step's one host sync), eval_due, log, save,
+    stop_if_signalled; then end."""
 
     def __init__(self, args):
         self.args = args
-
-    def __enter__(self):
-        args = self.args
         with contextlib.ExitStack() as stack:  # released at once if a check below fails, else by __exit__
-            self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
+            self.rank, _, self.world, self.device = setup_distributed(args.device)
             if self.world > 1:
                 stack.callback(dist.destroy_process_group)
             self.master = self.rank == 0
             self.threads = cli.set_threads(args.threads)
             if args.compile:
                 cli.check_compile(self.device)  # a missing compiler: one line now, not a traceback at step 1
-            self.micro_batches = check_args(args, self.world, self.warn)  # before anything is written
+            check_args(args, self.world, lambda text: self.say(f"warning: {text}"))  # before writing anything
             self.dtype, self.autocast = cli.precision(self.device, args.dtype)
             if self.master:  # --out, before anything in it is read or written
                 stack.enter_context(RunLock(args.out))
                 checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
             # the newest valid checkpoint, with --resume or in a worker restarted by torchrun --max_restarts
             self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
-            self.resume_from = checkpoints.latest_checkpoint(args.out) if args.resume or self.restarted else None
+            found = (args.resume or self.restarted) and checkpoints.latest_checkpoint(args.out, checkpoints.RESUME)
+            self.resume_from, self.checkpoint = found or (None, {})
+            self.resuming = bool(found)
             # a run that stopped before its first checkpoint: starting it over loses nothing (rank 0 decides)
             unsaved = [checkpoints.stopped_before_first_checkpoint(args.out) if self.master else None]
             if self.world > 1:
                 dist.broadcast_object_list(unsaved, src=0)
             self.unsaved = unsaved[0]
-            if args.resume and not (self.resume_from or self.restarted or self.unsaved):
+            if args.resume and not (found or self.restarted or self.unsaved):
                 raise UsageError(f"--resume: no valid checkpoint in {args.out}")
-            self.resuming = self.resume_from is not None
-            self.checkpoint = checkpoints.load_checkpoint(self.resume_from, checkpoints.RESUME) if self.resuming else None
-            self.start = self.done = self.checkpoint["step"] if self.resuming else 0
-            self.skipped = self.checkpoint.get("skipped", 0) if self.resuming else 0
-            self.signum, self.last_ckpt, self.last_eval, self.estimated = 0, None, None, False
-            self.stop = self.bar = None
+            self.start = self.done = self.checkpoint.get("step", 0)
+            self.skipped, self.signum, self.estimated = self.checkpoint.get("skipped", 0), 0, False
+            self.last_ckpt = self.last_eval = None
             self.metrics = os.path.join(args.out, "metrics.jsonl")
             self.exit = stack.pop_all()
-        return self
 
     def __exit__(self, *exc):
         self.exit.close()
 
-    def warn(self, message):
-        if self.master:
-            print(f"warning: {message}", file=sys.stderr)
-
-    def say(self, line):
-        """A line on stderr from rank 0, above the progress bar if one is drawn."""
+    def say(self, line):  # rank 0, above the progress bar if one is drawn
         if self.master:
             tqdm.write(line, file=sys.stderr)
 
     def tokens(self, tok):
         """The corpus as one token array (a memory map). Rank 0 tokenises and caches (hours for the
-        paper's corpora); the others wait for its verified cache, not in a collective that would
-        time out (NCCL: 10 min); torchrun ends them if rank 0 fails."""
+        paper's corpora); the others wait for its cache, not in a collective that would time out
+        (torchrun ends them if rank 0 fails)."""
         args = self.args
         if self.master:
             return tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say)  # says what it read
@@ -256,12 +228,9 @@ class Run:
         return tokens
 
     def begin(self, raw, optimizer, scaler, tok, batches, eval_blocks, init=None):
-        """Refuse to clobber another run or to resume with other settings or inputs; when resuming,
-        restore the checkpoint's weights, optimizer and scaler. Then rank 0 writes config.json (every
-        resolved setting) and vocab.txt, drops the metrics logged after the checkpoint, and prints
-        the start line. -> the step to start at (a run resumed at --steps: nothing to do, said)."""
-        args, cfg = self.args, raw.config
-        self.cfg, self.steps_per_epoch, self.n_eval = cfg, batches.per_epoch, len(eval_blocks)
+        """Refuse to clobber another run or to resume with other settings or inputs; restore a
+        checkpoint; rank 0 writes config.json and vocab.txt. -> the step to start at."""
+        args, self.steps_per_epoch, self.n_eval = self.args, batches.per_epoch, len(eval_blocks)
         # what the run depends on: the vocabulary's and the token array's checksums
         self.depends = {"vocab_sha256": checkpoints.sha256(tok.vocab_file),
                         "tokens_sha256": tokens_sha256(args.data, tok, args.cache_dir)}
@@ -271,100 +240,110 @@ class Run:
             dist.barrier()
         if self.resuming:
             self.restore(raw, optimizer, scaler)
-        if self.start >= args.steps:
-            if self.master:
-                print(f"{args.out} is already at step {self.start} (--steps {args.steps}): nothing to do")
-            return self.start
-        if self.master:
+        if self.master and self.start >= args.steps:
+            print(f"{args.out} is already at step {self.start} (--steps {args.steps}): nothing to do")
+        elif self.master:
             self.write_config(raw, tok, batches, eval_blocks, init)
         return self.start
 
     def check_resume(self, init):
-        """The settings compared are the checkpoint's own (config.json is a copy for people to read);
-        a resumed TaCL run must find the same --init its teacher was built from."""
-        args, old = self.args, self.checkpoint["args"]
-        recorded = self.checkpoint.get("depends") if isinstance(self.checkpoint.get("depends"), dict) else {}
-        same_vocab = recorded.get("vocab_sha256") == self.depends["vocab_sha256"]  # the run's own OUT/vocab.txt
+        """The settings compared are the checkpoint's own (config.json is a copy for people to read), and
+        so are the checksums of the vocabulary and the token array; a TaCL run's teacher is rebuilt from
+        --init, which must not have changed (e.g. --init RUN whose newest checkpoint is now another)."""
+        args, old, now = self.args, self.checkpoint["args"], self.depends
+        was = self.checkpoint.get("depends") if isinstance(self.checkpoint.get("depends"), dict) else {}
         changed = sorted(k for k, v in vars(args).items() if k not in RESUMABLE and old.get(k) != v
-                         and not (k == "vocab" and same_vocab))
+                         and not (k == "vocab" and was.get("vocab_sha256") == now["vocab_sha256"]))
         if changed and not args.force:
             raise UsageError(f"--resume with settings that differ from the run in {args.out}: "
                              f"{', '.join(changed)}; pass --force to accept them")
-        check_same_inputs(recorded, self.depends, args, self.warn)
+        problem = None  # a checkpoint from before the record has nothing to compare
+        if was.get("vocab_sha256") not in (None, now["vocab_sha256"]):
+            problem = (f"--vocab {args.vocab} is not the vocabulary this run was trained with (its sha256 changed); "
+                       f"pass the run's own copy, --vocab {os.path.join(args.out, 'vocab.txt')}")
+        elif was.get("tokens_sha256") not in (None, now["tokens_sha256"]):
+            problem = (f"--data {args.data} gives other tokens than this run was trained on (the token array's "
+                       f"sha256 changed): the data changed since; resume with the data it was trained on")
+        if problem and not args.force:
+            raise UsageError(f"--resume: {problem}, or pass --force to continue anyway (not an exact resume)")
+        if problem:
+            self.say(f"warning: --resume --force: {problem.split(';')[0]}; continuing on it (not an exact resume)")
         if old.get("device_batch_size") not in (None, args.device_batch_size):
-            self.warn(f"--resume in micro-batches of {args.device_batch_size} sequences, not the "
-                      f"{old['device_batch_size']} this run was trained in: "
-                      + ("TACO draws its negatives from other sequences of the micro-batch, so from here on "
-                         "from another pool" if args.objective == "taco" else "the loss is averaged over other "
-                         "micro-batches") + " (not an exact resume)")
+            why = ("TACO draws its negatives from other sequences of the micro-batch, so from here on from another "
+                   "pool" if args.objective == "taco" else "the loss is averaged over other micro-batches")
+            self.say(f"warning: --resume in micro-batches of {args.device_batch_size} sequences, not the "
+                     f"{old['device_batch_size']} this run was trained in: {why} (not an exact resume)")
         if args.objective == "tacl" and not args.force:
-            check_teacher_unchanged(args.out, init.source)
+            try:
+                recorded = checkpoints.read_json(os.path.join(args.out, "config.json")).get("init") or {}
+            except (OSError, UsageError):  # no (readable) config.json: nothing recorded to compare with
+                return
+            if recorded.get("sha256") != checkpoints.sha256(init.source):
+                raise UsageError(f"--init now gives {init.source}, not the {recorded.get('source')} this run's "
+                                 f"TaCL teacher was built from; resume with that one or pass --force")
 
     def check_clobber(self):
-        """A new run in a folder that holds one: only with --force (or one stopped before its first
-        checkpoint, or torchrun's restart); its files go."""
+        """A new run in a folder that holds one (its files go): only with --force, after a stop before
+        its first checkpoint, or in torchrun's restart."""
         args = self.args
         if not (os.path.exists(os.path.join(args.out, "config.json")) or checkpoints.list_checkpoints(args.out)):
             return
-        if not (args.force or self.restarted or self.unsaved):
-            raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
-                             f"--force to overwrite it, or another --out")
-        if self.unsaved and not (args.force or self.restarted):
-            first, logged = self.unsaved[1], self.unsaved[0]
-            print(f"note: {args.out} holds a run that stopped before its first checkpoint (step {first}; "
-                  f"its log ends at step {logged}): nothing to lose, starting it over", file=sys.stderr)
+        if not (args.force or self.restarted):
+            if not self.unsaved:
+                raise UsageError(f"{args.out} already holds a run; pass --resume to continue it, "
+                                 f"--force to overwrite it, or another --out")
+            self.say(f"note: {args.out} holds a run that stopped before its first checkpoint (step "
+                     f"{self.unsaved[1]}; its log ends at step {self.unsaved[0]}): nothing to lose, starting it over")
         for name in os.listdir(args.out):
             if name.startswith("ckpt_") or name in ("metrics.jsonl", "config.json"):
                 os.remove(os.path.join(args.out, name))
 
     def restore(self, raw, optimizer, scaler):
-        """The checkpoint's weights, optimizer and scaler state."""
         ckpt, args = self.checkpoint, self.args
         try:
             raw.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
             scaler.load_state_dict(ckpt["scaler"])
         except (RuntimeError, ValueError, KeyError, TypeError) as err:
-            was = ckpt["args"].get("objective")
+            was, cfg = ckpt["args"].get("objective"), ckpt["model_config"]
             if was != args.objective:  # only with --force: RetroMAE's model has a decoder, the others not
                 raise UsageError(f"--resume: {self.resume_from} holds a {was} run's model, which --objective "
                                  f"{args.objective} cannot continue, even with --force; resume with --objective {was}, "
                                  f"or start a new --out with --init {args.out}") from err
-            cfg = ckpt["model_config"]
             raise UsageError(f"{self.resume_from} holds another model ({cfg.get('hidden_size')} hidden, "
                              f"{cfg.get('num_hidden_layers')} layers) or optimizer than --size {args.size} builds; "
                              f"resume with its settings or start a new --out") from err
 
     def write_config(self, raw, tok, batches, eval_blocks, init):
-        """Rank 0: config.json, vocab.txt, the metrics up to the checkpoint, the start line."""
-        args, cfg, start, accum, train_blocks = self.args, self.cfg, self.start, batches.accumulation, batches.blocks
+        args, cfg, start, accum, blocks = self.args, raw.config, self.start, batches.accumulation, len(batches.blocks)
         params = sum(p.numel() for p in raw.parameters())
-        logged = checkpoints.read_jsonl(self.metrics) if self.resuming and os.path.exists(self.metrics) else []
         checkpoints.write_json(os.path.join(args.out, "config.json"), {
             "args": vars(args), "model_config": asdict(cfg), "world_size": self.world, "accumulation": accum,
-            "dtype": self.dtype, "train_blocks": len(train_blocks), "eval_blocks": len(eval_blocks),
-            "parameters": params, "depends": self.depends, "init": init and {
-                "source": init.source, "sha256": checkpoints.sha256(init.source) if os.path.isfile(init.source) else None}})
-        checkpoints.copy_vocab(tok.vocab_file, args.out)
-        if self.resuming:  # drop lines logged after the checkpoint (and a line torn by a kill)
-            checkpoints.write_jsonl(self.metrics, [r for r in logged if r.get("step", 0) <= start])
+            "dtype": self.dtype, "train_blocks": blocks, "eval_blocks": len(eval_blocks), "parameters": params,
+            "depends": self.depends,
+            "init": init and {"source": init.source, "sha256": checkpoints.sha256(init.source)}})
+        vocab = os.path.join(args.out, "vocab.txt")
+        if not (os.path.exists(vocab) and os.path.samefile(tok.vocab_file, vocab)):
+            with open(tok.vocab_file, "rb") as f:
+                checkpoints.write_bytes(vocab, f.read())
+        if self.resuming and os.path.exists(self.metrics):  # drop lines logged after the checkpoint, a torn one
+            checkpoints.write_jsonl(self.metrics, [r for r in checkpoints.read_jsonl(self.metrics)
+                                                   if r.get("step", 0) <= start])
         threads, why = self.threads
         cpu = f" ({threads} thread{'s' * (threads > 1)}: {why})" if self.device.type == "cpu" else ""
         tokens = args.steps * args.batch_size * args.max_len  # what the run will cost, before it starts
-        epochs = args.steps * args.batch_size / len(train_blocks)
         model = f"{cfg.num_hidden_layers} x {cfg.hidden_size} from --init" if init else args.size
         print(f"{args.objective} | {model} ({params / 1e6:.1f}M params) | {args.steps:,} steps x "
-              f"{args.batch_size} x {args.max_len} tokens = {count(tokens)} tokens ({epochs:.3g} epochs of "
-              f"{len(train_blocks):,} blocks) | batch {args.batch_size} = {self.world} x {accum} x "
-              f"{args.device_batch_size} | {self.dtype} on {self.device.type}{cpu}"
+              f"{args.batch_size} x {args.max_len} tokens = {count(tokens)} tokens "
+              f"({args.steps * args.batch_size / blocks:.3g} epochs of {blocks:,} blocks) | batch {args.batch_size} "
+              f"= {self.world} x {accum} x {args.device_batch_size} | {self.dtype} on {self.device.type}{cpu}"
               + (f" | init {init.source} | recipe {args.recipe} ({args.recipe_why})" if init else "")
               + (f" | resumed at step {start}" if self.resuming else ""))
 
     def steps(self, start):
-        """The steps start .. --steps - 1 under a progress bar (rank 0, on a terminal; elsewhere,
-        such as a log file, a line every --log_every steps). From here on a first stop signal asks
-        the loop to save and stop at the next step boundary; a second one stops at once."""
-        self.stop = self.exit.enter_context(StopSignals(self.master and self.say, self.stopped_at_once))
+        """The steps start .. --steps - 1 under a progress bar (in a log file: a line every --log_every
+        steps), and from here on StopSignals."""
+        self.stop = self.exit.enter_context(StopSignals(self.say, self.stopped_at_once))
         self.plain = not sys.stderr.isatty()  # tqdm would write ~250 bytes a step into a log
         self.bar = tqdm(range(start, self.args.steps), initial=start, total=self.args.steps,
                         disable=not self.master or self.plain, dynamic_ncols=True, desc="train")
@@ -372,55 +351,45 @@ class Run:
         return self.bar
 
     def reseed(self, step):
-        """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws
-        what an unbroken one would: dropout (torch's global generator), masking (a CPU generator,
-        returned first) and TC's sampling (returned second: on a GPU a generator of its own; on
-        the CPU the masking one, drawn on after it; with --negatives_from global, rank 0's, so
-        that every rank draws the same global sample)."""
+        """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws what
+        an unbroken one would: dropout (torch's), masking (a CPU generator) and TC's sampling (on a GPU
+        a generator of its own, on the CPU the masking one; for --negatives_from global rank 0's)."""
         seed, rank, device = self.args.seed, self.rank, self.device
         torch.manual_seed(step_seed(seed, step, rank))
         masking = torch.Generator().manual_seed(step_seed(seed + 1, step, rank))
-        sampling = (masking if device.type == "cpu" else
-                    torch.Generator(device).manual_seed(step_seed(seed + 2, step, rank)))
         if self.args.negatives_from == "global":
-            sampling = torch.Generator(device).manual_seed(step_seed(seed + 2, step, 0))
-        return masking, sampling
+            return masking, torch.Generator(device).manual_seed(step_seed(seed + 2, step, 0))
+        return masking, masking if device.type == "cpu" else torch.Generator(device).manual_seed(
+            step_seed(seed + 2, step, rank))
 
     def early_estimate(self, i, n):
-        """Before micro-batch i of n: a first step that takes long (minutes on a CPU) gives the
-        estimate from its first micro-batches, after 30 s."""
+        """A first step that takes long (minutes on a CPU) gives the estimate after 30 s."""
         elapsed = time.time() - self.t0
         if i and self.done == self.start and elapsed >= 30:
             self.estimate(elapsed / i * n, f"the first {i} of a step's {n} micro-batches")
 
     def agree(self, step, losses, grad_norm):
-        """The step's one host sync: every rank agrees whether its losses and gradient norm are
-        finite (fp16's scaler handles overflowing gradients itself) and whether a stop signal came,
-        in one all-reduce of two flags. -> True to take the step. A non-finite step stops the run
-        (exit 3), or with --skip_nonfinite is skipped and counted."""
+        """The step's one host sync: every rank agrees whether its losses and gradient norm are finite
+        (fp16's scaler handles overflowing gradients itself) and whether a stop signal came. -> True
+        to take the step; a non-finite one stops the run (exit 3), or --skip_nonfinite counts it."""
         ok = torch.isfinite(losses).all() & (torch.isfinite(grad_norm) | (self.dtype == "fp16"))
         flags = torch.stack([(~ok).float(), torch.full((), float(self.stop.signum), device=self.device)])
         if self.world > 1:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         bad, self.signum = flags.tolist()
-        if not bad:
-            return True
-        if not self.args.skip_nonfinite:
+        if bad and not self.args.skip_nonfinite:
             raise FloatingPointError(f"non-finite loss or gradient at step {step}; last good checkpoint: "
                                      f"{self.last_ckpt or self.resume_from or 'none'} (resume with --resume, "
                                      f"maybe a lower --lr, or pass --skip_nonfinite)")
-        self.skipped += 1
-        return False
+        self.skipped += bool(bad)
+        return not bad
 
     def eval_due(self, done):
-        """Evaluate after this step? Rank 0, every --eval_every steps and at the end."""
-        return (self.master and self.n_eval > 0
-                and (done % self.args.eval_every == 0 or done == self.args.steps))
+        return self.master and self.n_eval > 0 and (done % self.args.eval_every == 0 or done == self.args.steps)
 
     def log(self, done, losses, lr, grad_norm, evals):
         """Rank 0: the losses read to the host (a sync) only every --log_every steps and with an
-        evaluation: then the bar (in a log: a line), metrics.jsonl; a line at each evaluation;
-        once an estimate of the time left."""
+        evaluation, for the bar (in a log: a line) and metrics.jsonl."""
         args, self.done = self.args, done
         self.tokens_seen += args.batch_size * args.max_len
         if not self.master:
@@ -433,10 +402,9 @@ class Run:
         if not (due or evals):
             return
         loss, mlm, tc, tp, norm = torch.cat([losses, grad_norm.float().reshape(1)]).tolist()  # one host sync
-        tok_s = self.tokens_seen / elapsed
+        tok_s, self.last_eval = self.tokens_seen / elapsed, evals or self.last_eval
         shown = {"loss": loss, "mlm": mlm, aux: tc, "tp": tp if args.predict_all else None}
         shown = {k: f"{v:.3f}" for k, v in shown.items() if k and v is not None}  # each objective's own loss
-        self.last_eval = evals or self.last_eval
         if not self.plain:
             ctx = {"ctx": f"{self.last_eval['ctx_score']:.3f}"} if self.last_eval else {}
             self.bar.set_postfix(**shown, lr=f"{lr:.1e}", tok_s=f"{tok_s:,.0f}", **ctx)
@@ -454,7 +422,6 @@ class Run:
         checkpoints.append_jsonl(self.metrics, {"step": done, **record, **evals})
 
     def estimate(self, per_step, basis):
-        """Once, early in the run (rank 0): how long the steps left take at this pace."""
         if self.master and not self.estimated:
             self.estimated, left = True, self.args.steps - self.done
             self.say(f"estimate: {duration(per_step)} a step here (from {basis}): the {left:,} steps left take "
@@ -464,19 +431,17 @@ class Run:
         return bool(self.signum) and done < self.args.steps
 
     def save(self, done, raw, optimizer, scaler):
-        """When due (every --save_every steps, at the end, and when a signal stops the run), rank 0
-        writes the checkpoint of step `done` (everything exact resume needs)."""
         args = self.args
         if self.master and (done % args.save_every == 0 or done == args.steps or self.stopping(done)):
             self.last_ckpt = checkpoints.save_checkpoint(args.out, {
                 "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                "step": done, "skipped": self.skipped, "model_config": asdict(self.cfg), "args": vars(args),
+                "step": done, "skipped": self.skipped, "model_config": asdict(raw.config), "args": vars(args),
                 "depends": self.depends,
                 "data_position": {"epoch": done // self.steps_per_epoch, "batch": done % self.steps_per_epoch}},
                 args.keep_last)
 
     def stop_if_signalled(self, done):
-        """After a signal: every rank stops after the same step, once rank 0 has saved it (exit 128 + it)."""
+        """Every rank stops after the same step, once rank 0 has saved it."""
         if not self.stopping(done):
             return
         if self.world > 1:
@@ -486,16 +451,13 @@ class Run:
                               f"to continue, run the same command with --resume" if self.master else "")
 
     def stopped_at_once(self, name):
-        """The message of a second signal (rank 0): the steps since the last checkpoint are lost."""
         last = self.last_ckpt or self.resume_from
         saved = (f"the last checkpoint is {last}: to continue from it, run the same command with --resume" if last
                  else "no checkpoint was saved yet: the same command starts the run over")
         return f"stopped at once by a second {name} after step {self.done} (not saved); {saved}" if self.master else ""
 
     def end(self):
-        """The summary line of the last evaluation; every rank leaves together."""
-        ev = self.last_eval
-        if self.master and ev:
+        if self.master and (ev := self.last_eval):
             mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}" if "eval_mlm_loss" in ev
                    else "no eval MLM (masking chose no held-out token)")
             print(f"done: {mlm}, contextual score {ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, "
@@ -523,32 +485,3 @@ def count(n):
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(n)
-
-
-def check_same_inputs(recorded, now, args, warn):
-    """--resume: the vocabulary and the token array must be the ones the run was trained on (their
-    checksums, recorded in every checkpoint); with --force a change is a warning. Checkpoints
-    from before this record have nothing to compare."""
-    if recorded.get("vocab_sha256") not in (None, now["vocab_sha256"]):
-        problem = (f"--vocab {args.vocab} is not the vocabulary this run was trained with (its sha256 changed); "
-                   f"pass the run's own copy, --vocab {os.path.join(args.out, 'vocab.txt')}")
-    elif recorded.get("tokens_sha256") not in (None, now["tokens_sha256"]):
-        problem = (f"--data {args.data} gives other tokens than this run was trained on (the token array's "
-                   f"sha256 changed): the data changed since; resume with the data it was trained on")
-    else:
-        return
-    if not args.force:
-        raise UsageError(f"--resume: {problem}, or pass --force to continue anyway (not an exact resume)")
-    warn(f"--resume --force: {problem.split(';')[0]}; continuing on it (not an exact resume)")
-
-
-def check_teacher_unchanged(out, source):
-    """A resumed tacl run rebuilds its teacher from --init: refuse an init that changed since
-    (e.g. --init RUN whose newest checkpoint is now another one)."""
-    try:
-        recorded = checkpoints.read_json(os.path.join(out, "config.json")).get("init") or {}
-    except (OSError, UsageError):  # no (readable) config.json: nothing recorded to compare with
-        return
-    if recorded.get("sha256") != (checkpoints.sha256(source) if os.path.isfile(source) else None):
-        raise UsageError(f"--init now gives {source}, not the {recorded.get('source')} this run's TaCL teacher "
-                         f"was built from; resume with that one or pass --force")

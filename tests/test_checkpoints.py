@@ -288,7 +288,7 @@ def test_a_checkpoint_is_hashed_once(tmp_path, monkeypatch):
     newest = checkpoints.latest_checkpoint(out)
     assert newest.endswith("ckpt_00000006.pt") and hashed == []
     checkpoints.VERIFIED.clear()  # a new process (a resume): hashes the newest once, then loads it unhashed
-    assert checkpoints.newest_checkpoint(out, need=("w",))[0] == newest and hashed == [newest]
+    assert checkpoints.latest_checkpoint(out, need=("w",))[0] == newest and hashed == [newest]
     checkpoints.load_checkpoint(newest, need=("w",))
     assert hashed == [newest]
     flip_byte(os.path.join(out, "ckpt_00000005.pt"))
