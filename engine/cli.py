@@ -43,7 +43,9 @@ class Stop(KeyboardInterrupt):
         self.message = default if message is None else message
 
 
-Interrupted = Stop  # a training loop's stop once it has saved (runs.Run): its message says what is on disk
+class Interrupted(Stop):
+    """A training loop's stop once it has saved (runs.Run): its message says what is on disk. Nothing it
+    started runs still, and a pipeline it leads (`python taco.py | tee log`, stopped by `kill`) ends as usual."""
 
 
 class DiskFull(UsageError):
@@ -353,7 +355,8 @@ def errors():
         if _received or isinstance(err, KeyboardInterrupt):
             _owner[0] = None  # a second signal while the children end: one line, exit at once (_on_signal)
             stop = Stop(_received[0]) if _received else err if isinstance(err, Stop) else Stop(signal.SIGINT)
-            _end_children()
+            if not isinstance(stop, Interrupted):
+                _end_children()
             if stop.message:
                 print(stop.message, file=sys.stderr)
             sys.exit(128 + stop.signum)
