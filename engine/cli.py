@@ -33,19 +33,22 @@ class DataError(UsageError):
 
 class Stop(KeyboardInterrupt):
     """A stop signal, raised where the program is, so that every `with` and `finally` on the way out
-    runs (children ended, a lock released, a temp file removed); errors() then prints `message`
-    (default `interrupted` / `stopped by SIGTERM`) and exits 128 + the signal's number."""
+    runs (children ended, a lock released, a temp file removed); errors() then prints its `message`
+    and exits 128 + the signal's number. A KeyboardInterrupt, so libraries treat it as Ctrl-C."""
 
-    def __init__(self, signum, message=None):
+    def __init__(self, signum):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-        default = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        self.message = default if message is None else message
+        self.message = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
 
 
-class Interrupted(Stop):
-    """A training loop's stop once it has saved (runs.Run): its message says what is on disk. Nothing it
-    started runs still, and a pipeline it leads (`python taco.py | tee log`, stopped by `kill`) ends as usual."""
+class Interrupted(Exception):
+    """A training loop's stop once it has saved (runs.Run): exit 128 + `signum` after the message (what is
+    on disk). Not a KeyboardInterrupt: a pool worker's run returns it to its parent like any error."""
+
+    def __init__(self, signum, message=""):
+        super().__init__(message)
+        self.signum = signum
 
 
 class DiskFull(UsageError):
@@ -355,10 +358,8 @@ def errors():
         if _received or isinstance(err, KeyboardInterrupt):
             _owner[0] = None  # a second signal while the children end: one line, exit at once (_on_signal)
             stop = Stop(_received[0]) if _received else err if isinstance(err, Stop) else Stop(signal.SIGINT)
-            if not isinstance(stop, Interrupted):
-                _end_children()
-            if stop.message:
-                print(stop.message, file=sys.stderr)
+            _end_children()
+            print(stop.message, file=sys.stderr)
             sys.exit(128 + stop.signum)
         if isinstance(err, UsageError):
             fail(err)
@@ -370,6 +371,10 @@ def errors():
             fail(f"{err.strerror or err}{f': {err.filename}' if err.filename else ''}")
         if isinstance(err, FloatingPointError):
             fail(err, NONFINITE)
+        if isinstance(err, Interrupted):  # (nothing it started runs still: no children to end)
+            if str(err):
+                print(err, file=sys.stderr)
+            sys.exit(128 + err.signum)
         raise  # a bug: its traceback
     finally:
         sys.unraisablehook, _owner[0] = hook, owner
