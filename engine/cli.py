@@ -1,10 +1,9 @@
-"""What every script shares at its command line: flag types and ranges, the device and the
-CPU threads, the cache folder, paths given by the user, and the one-line error path.
+"""What every script shares at its command line: flag types and ranges, the device and the CPU threads,
+the cache folder, paths given by the user, the stop signals and the one-line error path.
 
 User mistakes end with ONE line `error: ...` on stderr and exit code 2, never a traceback
-(docs/robustness.md). A run's engineering (files, locks, checkpoints, signals) is in runs.py.
-Every script calls start() before it imports torch, so cli imports torch only inside the
-functions that need it.
+(docs/robustness.md). Every script calls start() before it imports torch, so cli imports torch only
+inside the functions that need it.
 """
 import argparse
 import contextlib
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 
 USAGE, NONFINITE = 2, 3  # exit codes; a signal stops a run with 128 + its number (SIGINT 130, SIGTERM 143)
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill / a scheduler, a closed terminal or ssh
 
 
 class UsageError(ValueError):
@@ -31,89 +31,23 @@ class DataError(UsageError):
     """A user mistake about data (a path, a file, a vocabulary): the message says how to fix it."""
 
 
-class Interrupted(Exception):
-    """A run stopped by a signal after saving its state: exit 128 + the signal's number."""
-
-    def __init__(self, signum, message=""):
-        super().__init__(message)
-        self.signum = signum
-
-
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill / a scheduler, a closed terminal or ssh
-
-
-def start(name):
-    """Every script's first call, before it imports torch: `cli.start(__name__)`.
-
-    Idle CPU threads of PyTorch (OpenMP) sleep instead of spinning (libgomp reads this once, when
-    torch loads). On a busy machine spinning threads stall each other (60 steps of `python taco.py`,
-    2 threads: 99-127 s spinning, 25-31 s sleeping); on an idle one it made no difference (11.7 and
-    11.6 s, medians of 3). README: Threads. Run as a script, also: a stop signal before main()'s
-    errors() is one line and exit 128 + its number (nothing to clean up yet); the script leads a
-    process group (_end_children); a closed or full stdout drops its lines, never the run."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    if name != "__main__":  # imported (a test, another script): the importer owns its signals and streams
-        return
-    for s in STOPS:
-        if signal.getsignal(s) is not signal.SIG_IGN:  # nohup, a background job's SIGINT: stays ignored
-            signal.signal(s, _stopped_early)
-    with contextlib.suppress(OSError):  # a terminal's foreground job keeps its group: Ctrl-C reaches it
-        if os.getpgrp() != os.getpid() and not _in_foreground():
-            os.setpgid(0, 0)
-    if os.getpgrp() == os.getpid():
-        _group.append(os.getpid())
-    sys.stdout = _Output(sys.stdout)
-
-
-def _stopped_early(signum, frame):
-    print("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}", file=sys.stderr)
-    os._exit(128 + signum)
-
-
-def _in_foreground():
-    try:
-        with open("/dev/tty") as tty:
-            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
-    except OSError:  # no terminal
-        return False
-
-
-class _Output:
-    """sys.stdout, whose reader may go away: on a closed pipe (EPIPE) or a full device (ENOSPC) its
-    file descriptor is pointed at /dev/null, once, with a warning; the run and its files go on."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, text):
-        try:
-            return self._stream.write(text)
-        except OSError as err:
-            self._lost(err)
-            return len(text)
-
-    def flush(self):
-        try:
-            self._stream.flush()
-        except OSError as err:
-            self._lost(err)
-
-    def _lost(self, err):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # what the stream still buffers goes there
-        print(f"warning: standard output failed ({err.strerror or err}): its further lines are dropped; "
-              f"the results are written as usual", file=sys.stderr)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 class Stop(KeyboardInterrupt):
-    """SIGINT, SIGTERM or SIGHUP outside a training loop, raised where the program is, so that every
-    `with` and `finally` on the way out runs: child processes are ended, a lock is released, a
-    temp file removed. A KeyboardInterrupt, so libraries treat it as Ctrl-C."""
+    """A stop signal, raised where the program is, so that every `with` and `finally` on the way out
+    runs (children ended, a lock released, a temp file removed); errors() then prints its `message`
+    and exits 128 + the signal's number. A KeyboardInterrupt, so libraries treat it as Ctrl-C."""
 
     def __init__(self, signum):
         super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.message = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+
+
+class Interrupted(Exception):
+    """A training loop's stop once it has saved (runs.Run): exit 128 + `signum` after the message (what is
+    on disk). Not a KeyboardInterrupt: a pool worker's run returns it to its parent like any error."""
+
+    def __init__(self, signum, message=""):
+        super().__init__(message)
         self.signum = signum
 
 
@@ -147,36 +81,77 @@ def disk_full(err):
     return False
 
 
+def start(name):
+    """Every script's first call, before it imports torch: `cli.start(__name__)`. Idle OpenMP threads
+    sleep, not spin (libgomp reads it once, as torch loads; on a busy machine spinning ones stall each
+    other: docs/robustness.md). Run as a script, also: a stop signal from here on is one line and exit
+    128 + its number; the script leads a process group (_end_children); a failing stdout drops its lines."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if name != "__main__":  # imported (a test, another script): the importer owns its signals and streams
+        return
+    for s in STOPS:
+        if signal.getsignal(s) is not signal.SIG_IGN:  # nohup, a background job's SIGINT: stays ignored
+            signal.signal(s, _on_signal)
+    try:
+        with open("/dev/tty") as tty:  # a terminal's foreground job keeps its group: its Ctrl-C reaches all of it
+            foreground = os.tcgetpgrp(tty.fileno()) == os.getpgrp()
+    except OSError:  # no terminal
+        foreground = False
+    with contextlib.suppress(OSError):  # (a session leader cannot, and leads its group already)
+        if not foreground:
+            os.setpgid(0, 0)
+    if os.getpgrp() == os.getpid():
+        _group.append(os.getpid())
+    sys.stdout = _Output(sys.stdout)
+
+
+class _Output:
+    """sys.stdout, whose reader may go away: on a closed pipe (EPIPE) or a full device (ENOSPC) its
+    file descriptor is pointed at /dev/null, once, with a warning; the run and its files go on."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        self._guarded(self._stream.write, text)
+        return len(text)
+
+    def flush(self):
+        self._guarded(self._stream.flush)
+
+    def _guarded(self, method, *args):
+        try:
+            method(*args)
+        except OSError as err:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())  # what is still buffered goes there
+            print(f"warning: standard output failed ({err.strerror or err}): its further lines are dropped; "
+                  f"the results are written as usual", file=sys.stderr)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 # ----------------------------------------------------------------------------- flags
 
 def int_range(lo, hi=None):
     """argparse `type=`: an integer in [lo, hi] (hi=None: no upper bound)."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < lo or (hi is not None and value > hi):
-            raise argparse.ArgumentTypeError(f"{value} is not in {_interval(lo, hi, False, False)}")
-        return value
-    parse.__name__ = "integer"  # argparse names the type in some messages
-    return parse
+    return float_range(lo, hi, cast=int)
 
 
-def float_range(lo, hi=None, lo_open=False, hi_open=False):
-    """argparse `type=`: a finite float in the interval lo..hi; *_open excludes that end.
-    NaN and infinities are never accepted."""
+def float_range(lo, hi=None, lo_open=False, hi_open=False, cast=float):
+    """argparse `type=`: a finite number (`cast` of the text) in lo..hi, *_open excluding that end."""
     def parse(text):
         try:
-            value = float(text)
+            value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        too_low = value <= lo if lo_open else value < lo
-        too_high = hi is not None and (value >= hi if hi_open else value > hi)
-        if not math.isfinite(value) or too_low or too_high:
-            raise argparse.ArgumentTypeError(f"{text} is not in {_interval(lo, hi, lo_open, hi_open)}")
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if cast is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        above = value > lo if lo_open else value >= lo
+        below = hi is None or (value < hi if hi_open else value <= hi)
+        if not (math.isfinite(value) and above and below):
+            high = "inf)" if hi is None else f"{hi}{')' if hi_open else ']'}"
+            raise argparse.ArgumentTypeError(f"{text} is not in {'(' if lo_open else '['}{lo}, {high}")
         return value
-    parse.__name__ = "number"
     return parse
 
 
@@ -187,12 +162,7 @@ def list_of(parse, empty_ok=False):
         if not values and not empty_ok:
             raise argparse.ArgumentTypeError("expected comma-separated values, got none")
         return values
-    parse_list.__name__ = "list"
     return parse_list
-
-
-def _interval(lo, hi, lo_open, hi_open):
-    return f"{'(' if lo_open else '['}{lo}, {'inf)' if hi is None else str(hi) + (')' if hi_open else ']')}"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -218,10 +188,9 @@ def device(spec):
         raise UsageError(f"--device {spec}: expected cpu, cuda or cuda:N") from None
     if dev.type not in ("cpu", "cuda"):
         raise UsageError(f"--device {spec}: only cpu and cuda are supported")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {spec}: PyTorch sees no CUDA device here; use --device cpu")
-    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
-        raise UsageError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if dev.type == "cuda" and (dev.index or 0) >= (count := torch.cuda.device_count()):
+        raise UsageError(f"--device {spec}: " + (f"only {count} CUDA device(s) here" if count else
+                                                 "PyTorch sees no CUDA device here; use --device cpu"))
     return dev
 
 
@@ -242,27 +211,23 @@ def check_compile(device):
     """--compile: torch.compile (inductor) builds C++ kernels on CPU and Triton kernels on CUDA;
     say up front, in one line, when what it needs is missing, not after minutes of work."""
     if device.type == "cpu":
-        from torch._inductor import cpp_builder, exc
-        try:
-            cxx = cpp_builder.get_cpp_compiler()  # PyTorch's own search ($CXX, else g++): runs `--version`
-        except (exc.InvalidCxxCompiler, OSError):
-            raise UsageError(f"--compile needs a working C++ compiler on CPU and found none (tried "
-                             f"{os.environ.get('CXX') or 'g++'}): install one (e.g. apt install g++), point $CXX "
-                             f"at it, or run without --compile") from None
         import subprocess
         import tempfile
-        with tempfile.TemporaryDirectory() as tmp:  # one that answers --version may still not compile
+        cxx, need = os.environ.get("CXX") or "g++", "--compile needs a working C++ compiler on CPU"  # inductor's
+        with tempfile.TemporaryDirectory() as tmp:  # (one that answers --version may still not compile)
             try:
                 subprocess.run([cxx, "-x", "c++", "-c", "-", "-o", os.path.join(tmp, "a.o")], input="int f() { return 0; }",
                                capture_output=True, text=True, timeout=120, check=True)
-            except (OSError, subprocess.SubprocessError) as err:
+            except OSError:
+                raise UsageError(f"{need} and found none (tried {cxx}): install one (e.g. apt install g++), point "
+                                 f"$CXX at it, or run without --compile") from None
+            except subprocess.SubprocessError as err:
                 said = (getattr(err, "stderr", None) or str(err)).strip().splitlines() or ["no output"]
-                raise UsageError(f"--compile needs a working C++ compiler on CPU, and {cxx} cannot compile a test "
-                                 f"file ({said[0]}): fix it, point $CXX at another, or run without --compile") from None
-        return
-    if importlib.util.find_spec("triton") is None:
+                raise UsageError(f"{need}, and {cxx} cannot compile a test file ({said[0]}): fix it, point $CXX "
+                                 f"at another, or run without --compile") from None
+    elif importlib.util.find_spec("triton") is None:
         raise UsageError("--compile on CUDA needs Triton (pip install triton), or run without --compile")
-    if not any(shutil.which(c) for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c):
+    elif not any(shutil.which(c) for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c):
         raise UsageError("--compile on CUDA needs a C compiler for Triton's launcher and found none "
                          "($CC, cc, gcc, clang): install one, or run without --compile")
 
@@ -274,39 +239,28 @@ def add_threads_flag(parser):
 
 
 def set_threads(threads=None):
-    """Set PyTorch's CPU threads -> (number, where it came from): the --threads flag, else
-    $TACO_THREADS, else PyTorch's own choice ($OMP_NUM_THREADS, which torchrun sets to 1 per
-    process, or one per core). Float sums depend on the thread count, so the same count gives
-    the same numbers: the default depends on the machine, never on its load. More than 4 per core
-    is refused: it only slows a run down, and thousands crash OpenMP."""
+    """Set PyTorch's CPU threads -> (number, where it came from): --threads, else $TACO_THREADS, else
+    PyTorch's own choice ($OMP_NUM_THREADS, which torchrun sets to 1 per process, or one per core).
+    Float sums depend on the thread count, so the default depends on the machine, never on its load.
+    More than 4 per core is refused: it only slows a run down, and thousands crash OpenMP."""
     import torch
     for name, value in (("--threads", threads), ("$TACO_THREADS", os.environ.get("TACO_THREADS"))):
-        if value not in (None, ""):
-            try:
-                number = int(value)
-            except ValueError:
-                raise UsageError(f"{name} {value!r}: expected a whole number of threads") from None
-            if number < 1:
-                raise UsageError(f"{name} {value!r}: expected at least 1 thread")
-            if number > 4 * (cores := os.cpu_count() or 1):
-                raise UsageError(f"{name} {value}: far more threads than the {cores} cores here; pass at most "
-                                 f"{4 * cores} (one per core is fastest)")
-            torch.set_num_threads(number)
-            return number, name
+        if value in (None, ""):
+            continue
+        if not str(value).isdecimal() or int(value) < 1:
+            raise UsageError(f"{name} {value!r}: expected a whole number of threads, at least 1")
+        if int(value) > 4 * (cores := os.cpu_count() or 1):
+            raise UsageError(f"{name} {value}: far more threads than the {cores} cores here; pass at most "
+                             f"{4 * cores} (one per core is fastest)")
+        torch.set_num_threads(int(value))
+        return int(value), name
     return torch.get_num_threads(), "$OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS") else "PyTorch's default"
 
 
 def free_cores():
     """Cores this process may use, less the machine's current load (1-minute average); at least 1."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    return max(1, min(cores, round(cores - load)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # (macOS)
+    return max(1, min(cores, round(cores - os.getloadavg()[0])))
 
 
 def default_cache_dir():
@@ -316,177 +270,6 @@ def default_cache_dir():
         raise UsageError(f"$TACO_CACHE {path} is not a folder: point it at a folder (or unset it)")
     return path
 
-
-# ----------------------------------------------------------------------------- the error path
-
-def reason(err):
-    """An exception's message in one line: the first detail where PyTorch heads its list of them
-    ("Error(s) in loading state_dict for X:" then "size mismatch for ...")."""
-    lines = [line.strip() for line in (str(err) or repr(err)).splitlines() if line.strip()]
-    return lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0]
-
-
-def fail(message, code=USAGE):
-    """Print `error: <message>` (one line) on stderr and exit. Under torchrun every worker meets
-    the same mistake: the first of each machine (local rank 0) says it, the others exit alike
-    without a word (wait_to_be_stopped), or name their rank if the mistake is theirs alone."""
-    line = f"error: {' '.join(str(message).split())}"
-    if os.environ.get("LOCAL_RANK", "0") != "0":
-        wait_to_be_stopped(code)
-        line += f" (rank {os.environ.get('RANK', '?')})"
-    print(line, file=sys.stderr)
-    sys.exit(code)
-
-
-RANK_WAIT = 30  # seconds; see wait_to_be_stopped
-
-
-def wait_to_be_stopped(code):
-    """A torchrun worker other than local rank 0 after a mistake: once local rank 0 exits with it,
-    torchrun stops the other workers (SIGTERM; SIGINT on Ctrl-C): exit then with `code`, quietly.
-    Exiting first would have torchrun stop rank 0 before it said anything. If no stop comes within
-    RANK_WAIT s, rank 0 did not meet the mistake: return, and the caller says it."""
-    def stopped(signum, frame):
-        sys.exit(code)
-
-    old = {s: signal.signal(s, stopped) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        time.sleep(RANK_WAIT)
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-
-
-@contextlib.contextmanager
-def errors():
-    """The error path of every script's main(): user mistakes and unusable files -> one line,
-    exit 2; a non-finite loss (FloatingPointError) -> exit 3; a run stopped by a signal ->
-    128 + its number (130, 143, 129). Never a traceback for these.
-
-    While it is active, SIGINT, SIGTERM and SIGHUP raise Stop where the program is (a training loop
-    installs its own, gentler handlers: runs.StopSignals); whatever exception a library turns
-    the stop into, the exit is the signal's, after every child process has ended (`interrupted`
-    / `stopped by SIGTERM`, exit 130 / 143)."""
-    handlers, unraisablehook = _stop_on_signals(), sys.unraisablehook
-    sys.unraisablehook = _unraisable(unraisablehook)
-    try:
-        yield
-    except SystemExit:
-        raise
-    except BaseException as err:
-        _exit_for(err)
-        raise
-    finally:
-        sys.unraisablehook = unraisablehook
-        if handlers:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
-
-
-def _exit_for(err):
-    """Exit as errors() promises for `err`; return (and the caller re-raises) if it is a bug."""
-    signal.setitimer(signal.ITIMER_REAL, 0)  # the Stop has arrived: no second one (_on_alarm)
-    if _received or isinstance(err, KeyboardInterrupt):
-        signum = _received[0] if _received else getattr(err, "signum", signal.SIGINT)
-        _end_children()
-        print("interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}",
-              file=sys.stderr)
-        sys.exit(128 + signum)
-    if isinstance(err, UsageError):
-        fail(err)
-    if disk_full(err):
-        name = getattr(err, "filename", None)
-        fail(f"No space left on device{f': {name}' if name else ''}; free some space in "
-             f"{os.path.dirname(os.path.abspath(name)) if name else 'the output or cache folder'}")
-    if isinstance(err, OSError):  # permission denied, ...: the environment, not a bug
-        fail(f"{err.strerror or err}{f': {err.filename}' if err.filename else ''}")
-    if isinstance(err, FloatingPointError):
-        fail(err, NONFINITE)
-    if isinstance(err, Interrupted):
-        if str(err):
-            print(err, file=sys.stderr)
-        sys.exit(128 + err.signum)
-
-
-# ----------------------------------------------------------------------------- signals and child processes
-
-_received = []  # the signals that asked this process to stop; the first one sets the exit code
-_group = []  # the process group the script leads (start())
-_owner = [None]  # the process whose handlers these are (a forked child inherits them)
-
-
-def _stop_on_signals():
-    """Install errors()' handlers for STOPS (not where they are ignored, e.g. under nohup or in
-    a background job) and for SIGALRM (_on_alarm); -> the previous handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    _received.clear()
-    _owner[0] = os.getpid()
-    handlers = {s: signal.signal(s, _on_signal) for s in STOPS if signal.getsignal(s) is not signal.SIG_IGN}
-    return {**handlers, signal.SIGALRM: signal.signal(signal.SIGALRM, _on_alarm)} if handlers else {}
-
-
-def _unraisable(hook):
-    """sys.unraisablehook, quiet about a Stop that Python could not raise (_on_alarm raises it again)."""
-    return lambda info: None if isinstance(info.exc_value, Stop) else hook(info)
-
-
-def _on_signal(signum, frame):
-    if os.getpid() != _owner[0]:  # a forked worker (datasets.map's pool): its parent ends it. Ctrl-C reaches
-        if signum == signal.SIGTERM:  # the whole group: ignored here (dying now could leave the pool's queue
-            os._exit(128 + signum)  # locked); SIGTERM (the pool's terminate()) ends it, quietly
-        return
-    _received.append(signum)
-    signal.setitimer(signal.ITIMER_REAL, 1.0)  # _on_alarm: in case the Stop below gets swallowed
-    raise Stop(_received[0])
-
-
-def _on_alarm(signum, frame):
-    """Python ignores an exception raised where the signal happened to land in some places (an
-    at-fork hook of os.fork, a __del__): a Stop lost there would let the program go on. A second
-    later, if no Stop is on its way out (being handled, or the cause of what is), raise it again."""
-    if os.getpid() != _owner[0] or not _received:
-        return
-    signal.setitimer(signal.ITIMER_REAL, 1.0)
-    err = sys.exc_info()[1]
-    while err is not None and not isinstance(err, Stop):
-        err = err.__cause__ or err.__context__
-    if err is None:
-        raise Stop(_received[0])
-
-
-def _end_children(grace=30.0):
-    """After a signal, the processes this script started that are still alive (a pool that was
-    never ended, a subprocess) get SIGTERM, and SIGKILL if still there after `grace` seconds:
-    nothing this process started outlives it. They are the other members of its process group,
-    which start() makes it lead (in a shell pipeline it starts, `python taco.py | tee log`, the
-    pipeline's other commands too); where it does not lead one (a terminal's foreground job, not
-    its first command), the terminal's Ctrl-C reaches them itself."""
-    group = os.getpgrp()
-    if group not in _group or group != os.getpid():  # not the script's own group (a test's process, a fork)
-        return
-    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # not this process itself
-    with contextlib.suppress(OSError):
-        os.killpg(group, signal.SIGTERM)
-    signal.signal(signal.SIGTERM, old)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            os.waitpid(-group, os.WNOHANG)  # reaps one that ended; raises once none is left
-        except ChildProcessError:
-            return
-        time.sleep(0.05)
-    if os.fork() == 0:  # SIGKILL cannot spare its sender: a child leaves the group, and kills it once this process is gone
-        os.setpgid(0, 0)
-        while os.getppid() == group:
-            time.sleep(0.05)
-        with contextlib.suppress(OSError):
-            os.killpg(group, signal.SIGKILL)
-        os._exit(0)
-
-
-# ----------------------------------------------------------------------------- paths
 
 def regular_file(path, what="file"):
     """`path` if it is a regular file (after symlinks); else one line saying what it is.
@@ -508,8 +291,7 @@ def output_path(path, flag, folder):
     """Check an output path before any work: a folder (created later if missing), or a file
     in an existing folder; either must be writable. Creates nothing."""
     if os.path.exists(path) and os.path.isdir(path) != folder:
-        want, got = ("folder", "file") if folder else ("file", "folder")
-        raise UsageError(f"{flag} {path} is a {got}; pass a {want}")
+        raise UsageError(f"{flag} {path} is a {'file' if folder else 'folder'}; pass a {'folder' if folder else 'file'}")
     existing = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
     if not folder and not os.path.isdir(existing):
         raise UsageError(f"{flag} {path}: its folder {existing} does not exist")
@@ -518,3 +300,139 @@ def output_path(path, flag, folder):
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: cannot write to {existing}")
     return path
+
+
+# ----------------------------------------------------------------------------- the error path
+
+def reason(err):
+    """An exception's message in one line: the first detail where PyTorch heads its list of them
+    ("Error(s) in loading state_dict for X:" then "size mismatch for ...")."""
+    lines = [line.strip() for line in (str(err) or repr(err)).splitlines() if line.strip()]
+    return lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0]
+
+
+RANK_WAIT = 30  # seconds a torchrun worker other than local rank 0 waits to be stopped (fail)
+
+
+def fail(message, code=USAGE):
+    """Print `error: <message>` (one line) on stderr and exit. Every torchrun worker meets the same
+    mistake: local rank 0 says it; another waits until torchrun stops it (SIGTERM, or SIGINT on
+    Ctrl-C; exiting first would have torchrun stop rank 0 before it said anything) and exits alike,
+    without a word. Not stopped within RANK_WAIT s, the mistake is its own: it says it, with its rank."""
+    line = f"error: {' '.join(str(message).split())}"
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        old = {s: signal.signal(s, lambda *_: sys.exit(code)) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            time.sleep(RANK_WAIT)
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+        line += f" (rank {os.environ.get('RANK', '?')})"
+    print(line, file=sys.stderr)
+    sys.exit(code)
+
+
+_received = []  # the signals that asked errors()' process to stop; the first one sets the exit code
+_group = []  # the process group the script leads (start())
+_owner = [None]  # the process whose errors() is active (a forked child inherits its handlers), else None
+
+
+@contextlib.contextmanager
+def errors():
+    """The error path of every script's main(): user mistakes and unusable files -> one line, exit 2;
+    a non-finite loss (FloatingPointError) -> exit 3; a stop signal -> 128 + its number (130, 143,
+    129), after every child process has ended. Never a traceback for these. While it is active, a stop
+    signal (not an ignored one) raises Stop where the program is (a training loop installs gentler
+    handlers: runs.StopSignals); whatever a library turns the Stop into, the exit is the signal's."""
+    owner, hook, old = _owner[0], sys.unraisablehook, {}
+    if threading.current_thread() is threading.main_thread():  # (the one thread that may set handlers)
+        _received.clear()
+        _owner[0] = os.getpid()
+        old = {s: signal.signal(s, _on_signal) for s in STOPS if signal.getsignal(s) is not signal.SIG_IGN}
+    sys.unraisablehook = _dropped(hook)
+    try:
+        yield
+    except SystemExit:
+        raise
+    except BaseException as err:
+        if _received or isinstance(err, KeyboardInterrupt):
+            _owner[0] = None  # a second signal while the children end: one line, exit at once (_on_signal)
+            stop = Stop(_received[0]) if _received else err if isinstance(err, Stop) else Stop(signal.SIGINT)
+            _end_children()
+            print(stop.message, file=sys.stderr)
+            sys.exit(128 + stop.signum)
+        if isinstance(err, UsageError):
+            fail(err)
+        if disk_full(err):
+            name = getattr(err, "filename", None)
+            fail(f"No space left on device{f': {name}' if name else ''}; free some space in "
+                 f"{os.path.dirname(os.path.abspath(name)) if name else 'the output or cache folder'}")
+        if isinstance(err, OSError):  # permission denied, ...: the environment, not a bug
+            fail(f"{err.strerror or err}{f': {err.filename}' if err.filename else ''}")
+        if isinstance(err, FloatingPointError):
+            fail(err, NONFINITE)
+        if isinstance(err, Interrupted):  # (nothing it started runs still: no children to end)
+            if str(err):
+                print(err, file=sys.stderr)
+            sys.exit(128 + err.signum)
+        raise  # a bug: its traceback
+    finally:
+        sys.unraisablehook, _owner[0] = hook, owner
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+# ----------------------------------------------------------------------------- signals and child processes
+
+def _on_signal(signum, frame):
+    """A stop signal. Outside errors() (torch loading: nothing to clean up yet): one line, exit 128 +
+    its number. In errors()' process: raise Stop. In a forked worker (datasets.map's pool), which its
+    parent ends: Ctrl-C, which reaches the whole group, is ignored (dying now could leave the pool's
+    queue locked); SIGTERM (the pool's terminate()) ends it, quietly."""
+    if _owner[0] is None:
+        print(Stop(signum).message, file=sys.stderr)
+        os._exit(128 + signum)
+    if os.getpid() != _owner[0]:
+        if signum == signal.SIGTERM:
+            os._exit(128 + signum)
+        return
+    _received.append(signum)
+    raise Stop(_received[0])
+
+
+def _dropped(hook):
+    """sys.unraisablehook under errors(). Python drops an exception raised where a signal happened to land
+    in a few places (an at-fork hook of os.fork, a __del__): a Stop lost there would let the program go
+    on. It is not printed; a thread sends the same signal again, raising it once the program is past there."""
+    def unraisable(info):
+        if not isinstance(info.exc_value, Stop):
+            return hook(info)
+        threading.Timer(0.1, os.kill, (os.getpid(), info.exc_value.signum)).start()
+    return unraisable
+
+
+def _end_children(grace=30.0):
+    """After a signal, the processes this script started that are still alive (a pool never ended,
+    a subprocess) get SIGTERM, and SIGKILL after `grace` s: the other members of the process group
+    start() makes it lead (docs/robustness.md, Signals)."""
+    group = os.getpgrp()
+    if group not in _group or group != os.getpid():  # not the script's own group (a test's process, a fork)
+        return
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # not this process itself
+    with contextlib.suppress(OSError):
+        os.killpg(group, signal.SIGTERM)
+    signal.signal(signal.SIGTERM, old)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(-group, os.WNOHANG)  # reaps one that ended; raises once none is left
+        except ChildProcessError:
+            return
+        time.sleep(0.05)
+    if os.fork() == 0:  # SIGKILL cannot spare its sender: a child leaves the group, and kills it once this process is gone
+        os.setpgid(0, 0)
+        while os.getppid() == group:
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
+        os._exit(0)

@@ -13,10 +13,8 @@ from engine.toy import is_toy_vocab
 # --size -> training recipe (docs/paper.md: where each value comes from). tiny/mini are ours: the toy corpus trains in
 # minutes on a laptop CPU; small/base are the authors' (train_small.sh, train_base.sh; the paper's Sec. 4.1), medium/large
 # follow them; "continue" is for --init of a trained model (choose_recipe; its sources: docs/model.md).
-# Checkpoints and evaluations of the paper's sizes cost under 1% of the wall time on 8 GPUs: a base step
-# of 1280 x 256 tokens takes 0.05-0.08 s there and a save (1.31 GB, the other ranks waiting) up to 8.7 s,
-# so every 25,000 steps (>= 1,250 s of training) is <= 0.70%; an evaluation (64 blocks, ~1 s) every 10,000
-# steps (>= 500 s) <= 0.20%. Large takes ~3x both, small and medium less of both (docs/speed.md).
+# The paper's sizes save every 25,000 steps and evaluate every 10,000: under 1% of the wall time on 8 GPUs
+# (a base save of 1.31 GB takes up to 8.7 s, a step 0.05-0.08 s; the arithmetic: docs/speed.md).
 PAPER_CADENCE = dict(save_every=25_000, eval_every=10_000)
 RECIPES = {
     "tiny": dict(steps=600, warmup=60, batch_size=32, max_len=128, lr=1e-3, save_every=200, eval_every=100),
@@ -39,8 +37,7 @@ RESUMABLE = {"recipe", "recipe_why", "out", "resume", "force", "save_every", "ev
 
 
 class FlagParser(cli.ArgumentParser):
-    """A mistake in taco's flags is raised (main's cli.errors makes it one line), so that another
-    tool (study.py) parses them as a plain call."""
+    """A mistake in taco's flags is raised (main's cli.errors says it), so another tool (study.py) may parse them."""
 
     def error(self, message):
         raise UsageError(message)

@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import shutil
+from pathlib import Path
 
 from engine import cli
 from engine.cli import UsageError
@@ -24,14 +25,12 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # taco
 
 def inside(path, folder):
     """Is `path` the folder or inside it? samefile on each of its parents: symlinks and bind mounts too."""
-    path = os.path.realpath(path)
-    while True:
+    real = Path(os.path.realpath(path))
+    for parent in (real, *real.parents):
         with contextlib.suppress(OSError):
-            if os.path.samefile(folder, path):
+            if os.path.samefile(folder, parent):
                 return True
-        if os.path.dirname(path) == path:
-            return False
-        path = os.path.dirname(path)
+    return False
 
 
 def _entries(folder):
@@ -42,51 +41,45 @@ def _entries(folder):
 
 def check(out, tool, force=False, protect=None):
     """Raise UsageError unless `out` may be written by `tool` (the module docstring's rules)."""
-    with _locked(out):
-        _rules(out, tool, force, protect)
+    with _checked(out, tool, force, protect):
+        pass
 
 
 @contextlib.contextmanager
-def _locked(out):
-    """Hold OUT/.lock where there is one, so that no run starts there meanwhile; one line if a run holds it."""
+def _checked(out, tool, force, protect):
+    """check's rules, holding OUT/.lock where there is one (so that no run starts there meanwhile)."""
     try:
-        fd = os.open(os.path.join(out, ".lock"), os.O_RDONLY)
+        lock = open(os.path.join(out, ".lock"), "rb")
     except (FileNotFoundError, NotADirectoryError):  # no run was ever there
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
-            raise UsageError(f"{out} is in use by a run (process {owner}); wait for it to end, or pick another "
-                             f"folder") from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def _rules(out, tool, force, protect):
-    """check's rules but the lock."""
-    if not os.path.isdir(out):
-        if os.path.lexists(out):
+        lock = None
+    with lock or contextlib.nullcontext():
+        if lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = lock.read(200).decode(errors="replace").strip() or "?"
+                raise UsageError(f"{out} is in use by a run (process {owner}); wait for it to end, or pick another "
+                                 f"folder") from None
+        if os.path.lexists(out) and not os.path.isdir(out):
             raise UsageError(f"{out} is a file; pass a folder")
-        return
-    for what, path in [*(protect or {}).items(), ("the repository", REPOSITORY)]:
-        if path and os.path.exists(path) and inside(path, out):
-            raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another folder")
-    ours = set()
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        with open(os.path.join(out, MARKER)) as f:
-            mark = json.load(f)
-        ours = set(mark["files"]) if mark["tool"] == tool else set()
-    found = [e for e in _entries(out) if e != ".lock"]
-    foreign = [e for e in found if e not in ours | {MARKER}]
-    if foreign:
-        raise UsageError(f"{out} holds files that {tool} did not write ({', '.join(foreign[:3])}"
-                         f"{', ...' * (len(foreign) > 3)}); pick another folder, or move them out")
-    if found and not force:
-        raise UsageError(f"{out} holds an earlier output of {tool}; pass --force to replace it, or pick another folder")
+        for what, path in [*(protect or {}).items(), ("the repository", REPOSITORY)]:
+            if path and os.path.exists(path) and inside(path, out):
+                raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another "
+                                 f"folder")
+        ours = set()
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            with open(os.path.join(out, MARKER)) as f:
+                mark = json.load(f)
+            ours = set(mark["files"]) if mark["tool"] == tool else set()
+        found = [e for e in _entries(out) if e != ".lock"]
+        foreign = [e for e in found if e not in ours | {MARKER}]
+        if foreign:
+            raise UsageError(f"{out} holds files that {tool} did not write ({', '.join(foreign[:3])}"
+                             f"{', ...' * (len(foreign) > 3)}); pick another folder, or move them out")
+        if found and not force:
+            raise UsageError(f"{out} holds an earlier output of {tool}; pass --force to replace it, or pick another "
+                             f"folder")
+        yield
 
 
 @contextlib.contextmanager
@@ -103,8 +96,7 @@ def replacing(out, tool, force=False, protect=None, size=None):
         yield tmp
         with open(os.path.join(tmp, MARKER), "w") as f:
             json.dump({"tool": tool, "files": _entries(tmp)}, f, indent=1)
-        with _locked(out):  # checked again, and held until the swap: a run may have started there meanwhile
-            _rules(out, tool, force, protect)
+        with _checked(out, tool, force, protect):  # again, locked until the swap: a run may have started there
             if os.path.isdir(out):
                 os.rename(out, old)
             try:

@@ -116,6 +116,38 @@ def test_a_signal_ends_the_script_and_every_process_it_started(tmp_path, sig, gr
     assert not [l for l in ps if int(l.split()[0]) == proc.pid and not l.split()[1].startswith("Z")]
 
 
+# A stop signal that lands in an at-fork hook, where Python drops the exception its handler raises.
+AT_FORK = """
+import os, sys, time
+sys.path.insert(0, {here!r})
+from engine import cli
+cli.start("__main__")
+os.register_at_fork(after_in_parent=lambda: time.sleep(5))  # the signal lands here
+with cli.errors():
+    print("started", flush=True)
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(60)
+"""
+
+
+def test_a_signal_python_drops_is_raised_again(tmp_path):
+    """Not printed (no "Exception ignored"), raised again once past the hook: exit 143, one line, the child ended."""
+    script = tmp_path / "at_fork.py"
+    script.write_text(AT_FORK.format(here=HERE))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stdout.readline() == "started\n"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert proc.stderr.read() == "stopped by SIGTERM\n"
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout.splitlines()
+    assert not [l for l in ps if int(l.split()[0]) == proc.pid and not l.split()[1].startswith("Z")]
+
+
 def test_compile_without_a_compiler_is_one_line(tmp_path):
     """--compile where torch.compile would find no C++ compiler: said before any work."""
     env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler")}
