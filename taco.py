@@ -323,10 +323,10 @@ def compute_loss(model, batch, args, generator, teacher=None):
         return loss, enc, dec, torch.zeros_like(loss)
     targets = labels if batch.targets is None else batch.targets
     rows = predicted_rows(targets) if batch.rows is None else batch.rows
-    logits, h, e = model(batch.inputs, labels=targets, rows=rows)  # logits only at the rows with a target, in order
+    logits, h, e = model(batch.inputs, rows=rows)  # logits only at the rows with a target, in order
     ce = F.cross_entropy(logits.float(), targets.reshape(-1)[rows], reduction="none")
     # the means over the chosen rows; 0 (still in the graph) for a micro-batch where masking chose none
-    mlm, tp = ce.mean() if len(ce) else ce.sum(), torch.zeros((), device=ce.device)
+    mlm, tp = (ce.mean() if len(ce) else ce.sum()), torch.zeros((), device=ce.device)
     if batch.targets is not None:  # which rows are MLM's, which TP's: means by weights, no host sync
         masked = (labels != -100).reshape(-1)[rows].float()
         mlm, tp = ((ce * w).sum() / w.sum().clamp(min=1) for w in (masked, 1 - masked))
@@ -409,6 +409,7 @@ def train(args):
         cfg = model_config(args, tok, init)
         blocks = make_blocks(run.tokens(tok), args.max_len, tok.cls_id, tok.sep_id)  # tokenised once and cached
         train_blocks, eval_blocks = blocks.split(len(blocks) - min(args.eval_blocks, len(blocks) // 10))  # tail held out
+        # micro-batches of args.device_batch_size: the divisor of the per-rank batch that check_args chose
         batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)
 
         torch.manual_seed(args.seed)  # the same init on every rank
@@ -427,7 +428,7 @@ def train(args):
             lr = get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            masking, sampling = run.reseed(step)  # the step's random numbers, from (seed, step, rank)
+            masking, sampling = run.reseed(step)  # the step's random numbers (dropout's too), from (seed, step, rank)
             micro_batches = batches.at(step)  # this rank's share of the step's batch (gradient accumulation)
             losses = torch.zeros(4, device=run.device)  # loss, mlm, tc, tp: means over the micro-batches
             for i, ids in enumerate(micro_batches):
@@ -441,7 +442,7 @@ def train(args):
                 losses += torch.stack([loss, mlm, tc, tp]).detach().float() / len(micro_batches)
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), args.clip)
-            if run.agree(step, losses, grad_norm):  # finite on every rank? (the step's one host sync, with signals)
+            if run.agree(step, losses, grad_norm):  # finite on every rank? else stop (or skip: --skip_nonfinite)
                 scaler.step(optimizer)
                 scaler.update()
             optimizer.zero_grad(set_to_none=True)
