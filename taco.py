@@ -323,7 +323,7 @@ def compute_loss(model, batch, args, generator, teacher=None):
         return loss, enc, dec, torch.zeros_like(loss)
     targets = labels if batch.targets is None else batch.targets
     rows = predicted_rows(targets) if batch.rows is None else batch.rows
-    logits, h, e = model(batch.inputs, rows=rows)  # logits only at the rows with a target, in order
+    logits, h, e = model(batch.inputs, labels=targets, rows=rows)  # logits only at those rows (found by index)
     ce = F.cross_entropy(logits.float(), targets.reshape(-1)[rows], reduction="none")
     # the means over the chosen rows; 0 (still in the graph) for a micro-batch where masking chose none
     mlm, tp = (ce.mean() if len(ce) else ce.sum()), torch.zeros((), device=ce.device)
