@@ -49,10 +49,9 @@ def looks_like_vocabulary(path, head=1 << 16):
     with open(path, "rb") as f:
         lines = f.read(head).decode("utf-8", errors="replace").splitlines()
     words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
-    if len(words) < 5 or sum(len(w.split()) > 1 for w in words) > len(words) // 100:
-        return False
-    return (sum(w in SPECIAL_TOKENS for w in words) >= 2
-            or sum(w.startswith("##") and len(w) > 2 for w in words) >= len(words) // 20)
+    return (len(words) >= 5 and sum(len(w.split()) > 1 for w in words) <= len(words) // 100
+            and (sum(w in SPECIAL_TOKENS for w in words) >= 2
+                 or sum(w.startswith("##") and len(w) > 2 for w in words) >= len(words) // 20))
 
 
 def _resolve(data_spec, cache_dir):
