@@ -49,10 +49,9 @@ def looks_like_vocabulary(path, head=1 << 16):
     with open(path, "rb") as f:
         lines = f.read(head).decode("utf-8", errors="replace").splitlines()
     words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
-    if len(words) < 5 or sum(len(w.split()) > 1 for w in words) > len(words) // 100:
-        return False
-    return (sum(w in SPECIAL_TOKENS for w in words) >= 2
-            or sum(w.startswith("##") and len(w) > 2 for w in words) >= len(words) // 20)
+    return (len(words) >= 5 and sum(len(w.split()) > 1 for w in words) <= len(words) // 100
+            and (sum(w in SPECIAL_TOKENS for w in words) >= 2
+                 or sum(w.startswith("##") and len(w) > 2 for w in words) >= len(words) // 20))
 
 
 def _resolve(data_spec, cache_dir):
@@ -96,16 +95,12 @@ def _resolve(data_spec, cache_dir):
     return parts, labels, warnings
 
 
-def load_documents(data_spec, cache_dir=None):
+def load_documents(data_spec, cache_dir=None, parts=None):
     """A datasets.Dataset with one "text" column, one document per row, of data_spec: a comma-separated
-    list of SOURCES names, text files and folders."""
-    return _load(_resolve(data_spec, cache_dir)[0])
-
-
-def _load(parts):
+    list of SOURCES names, text files and folders (or of `parts`, data_spec as _resolve gave it)."""
     import datasets
     sets = []
-    for kind, what in parts:
+    for kind, what in parts or _resolve(data_spec, cache_dir)[0]:
         if kind == "file":
             sets.append(datasets.Dataset.from_dict({"text": read_documents(what)}))
             continue
@@ -143,15 +138,11 @@ def unavailable(data_spec, cache_dir=None):
             f"of them as --data" if missing else None)
 
 
-def token_cache_path(data_spec, tokenizer, cache_dir=None):
-    """Where tokenize_corpus caches data_spec's tokens: a key hashed from the sources (a local file by
-    path, size and mtime), the vocabulary and the array format."""
-    return _cache_path(_resolve(data_spec, cache_dir)[0], tokenizer, cache_dir)
-
-
-def _cache_path(parts, tokenizer, cache_dir):
+def token_cache_path(data_spec, tokenizer, cache_dir=None, parts=None):
+    """Where tokenize_corpus caches data_spec's tokens (or `parts`'): a key hashed from the sources (a
+    local file by path, size and mtime), the vocabulary and the array format."""
     sources = [[str(what.resolve()), (st := what.stat()).st_size, st.st_mtime_ns] if kind == "file"
-               else list(SOURCES[what]) for kind, what in parts]
+               else list(SOURCES[what]) for kind, what in parts or _resolve(data_spec, cache_dir)[0]]
     vocab = hashlib.sha256(Path(tokenizer.vocab_file).read_bytes()).hexdigest()
     recipe = {"format": token_cache.FORMAT, "sources": sources, "vocab": vocab, "lower": tokenizer.do_lower_case}
     key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()
@@ -167,13 +158,13 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
     parts, labels, warnings = _resolve(data_spec, cache_dir)
     for warning in warnings:
         say(f"warning: {warning}")
-    path, what = _cache_path(parts, tokenizer, cache_dir), ", ".join(labels)
+    path, what = token_cache_path(data_spec, tokenizer, cache_dir, parts), ", ".join(labels)
     tokens = token_cache.verified(path, tokenizer, say)
     if tokens is None:
         fingerprints = [token_cache.file_fingerprint(part) if kind == "file" else {"hub": part}
                         for kind, part in parts]  # taken before the text is read
-        tokens = token_cache.build(path, _load(parts), fingerprints, tokenizer, num_proc,
-                                   lambda line: say(f"data: {what}: {line}"))
+        tokens = token_cache.build(path, load_documents(data_spec, cache_dir, parts), fingerprints, tokenizer,
+                                   num_proc, lambda line: say(f"data: {what}: {line}"))
     elif not quiet_reuse:
         say(f"data: {what}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
     return tokens

@@ -147,8 +147,7 @@ def tokenize_parts(docs, tokenizer, dtype, parts):
     finally:
         started = [p for p in procs if p.pid is not None]  # a failed fork leaves the rest unstarted
         for p in started:
-            if p.exitcode is None:
-                p.terminate()
+            p.terminate()  # a no-op for one that has ended
         for p in started:
             p.join()
         bar.close()
