@@ -141,9 +141,8 @@ def pretrain_all(plans, args):
     {run dir: (wall s, CPU s)}. When one fails, or the study is stopped, the others are stopped."""
     launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]
     todo, running, times = [(out, argv) for out, argv in plans if argv is not None], {}, {}
-    for out, argv in plans:
-        if argv is None:
-            print(f"{os.path.basename(out)}: reusing the finished run in {out}")
+    for out in [out for out, argv in plans if argv is None]:
+        print(f"{os.path.basename(out)}: reusing the finished run in {out}")
     try:
         while todo or running:
             while todo and len(running) < args.jobs:
