@@ -1,6 +1,7 @@
 """finetune.py's engineering: its flags and the recipes that fill in their defaults by what the model is,
 the checks before any work, its output files (the best classifier, predictions) and the summary over seeds."""
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -106,11 +107,10 @@ def save_best(model, task, record, tok, args):
     it, labels by name), with what `--predict` needs (saved_task). A better one of the same pre-trained model is
     kept; one of another (or edited unreadable) is replaced, with a note. Written whole (folders.replacing)."""
     path = os.path.join(args.out, "best", task.name)
-    try:
+    old_model, old_score = None, -math.inf  # none yet, or edited
+    with contextlib.suppress(cli.UsageError, KeyError, TypeError, ValueError):
         old = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]
         old_model, old_score = old["model"], float(old["dev"]["main"])
-    except (cli.UsageError, KeyError, TypeError, ValueError):  # none yet, or edited
-        old_model, old_score = None, -math.inf
     if old_model == record["model"] and old_score >= record["metrics"]["main"]:
         return
     if os.path.isdir(path) and old_model != record["model"]:
@@ -132,13 +132,11 @@ def saved_task(folder):
     if not isinstance(about, dict):
         raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
                             f"{folder} is not one")
-    try:
+    with contextlib.suppress(KeyError, TypeError, ValueError):
         text, labels = tuple(map(str, about["text"])), about["labels"]  # labels None: a regression
         if 1 <= len(text) <= 2:
             return Task(str(about["name"]), text, None if labels is None else tuple(map(str, labels)), (),
                         tsv=(*text, str(about["label"]))), int(about["max_len"])
-    except (KeyError, TypeError, ValueError):
-        pass
     raise FinetuneError(f"{path}: its taco_task is not what finetune.py writes (edited?); restore it, or fine-tune "
                         f"again")
 

@@ -2,6 +2,7 @@
 (TASKS), a task of your own described by its files (folder_task), TSV / CSV / JSON(L) splits from
 disk or the hub (load_split), and the metrics that score them.
 """
+import contextlib
 import csv
 import json
 import math
@@ -157,8 +158,7 @@ def load_split(task, split, data_dir=None, cache_dir=None):
     else:
         cols = read_table(where, task.no_header if split in ("train", "dev") else ())
     out = to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
-    absent = [n for i, n in enumerate(task.labels or ()) if split == "train" and i not in out["labels"]]
-    if absent:
+    if absent := [n for i, n in enumerate(task.labels or ()) if split == "train" and i not in out["labels"]]:
         print(f"warning: {where} has no example of class {', '.join(map(repr, absent))} of {task.name}'s labels "
               f"({', '.join(task.labels)}): the classifier never learns to predict it", file=sys.stderr)
     return out
@@ -197,7 +197,7 @@ def to_examples(task, cols, where, labelled=True):
 
 def to_label(task, value, where):
     """The training target: a class number (from a label name or number), or a finite float."""
-    try:
+    with contextlib.suppress(TypeError, ValueError, OverflowError):
         if task.labels is None:
             if math.isfinite(y := float(value)):  # "nan" and "inf" parse, but are no score
                 return y
@@ -205,8 +205,6 @@ def to_label(task, value, where):
             y = task.labels.index(str(value)) if str(value) in task.labels else int(value)
             if 0 <= y < len(task.labels):
                 return y
-    except (TypeError, ValueError, OverflowError):
-        pass
     kind = "a finite number" if task.labels is None else "one of " + ", ".join(task.labels)
     raise FinetuneError(f"{where}: label {value!r} is not {kind}")
 
@@ -262,10 +260,9 @@ def read_labels(path, values, train):
         if (row := next((i for i, v in enumerate(values) if v is None or not str(v).strip()), None)) is not None:
             raise FinetuneError(f"{train} row {row + 1} has no label")
         labels = sorted({str(v).strip() for v in values})
-        try:
+        numbers = []  # names, sorted as text
+        with contextlib.suppress(ValueError):
             numbers = [float(v) for v in labels]
-        except ValueError:  # names, sorted as text
-            numbers = []
         if not all(map(math.isfinite, numbers)):
             raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(labels[:5])})")
         if any(n != int(n) for n in numbers):

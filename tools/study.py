@@ -141,9 +141,8 @@ def pretrain_all(plans, args):
     {run dir: (wall s, CPU s)}. When one fails, or the study is stopped, the others are stopped."""
     launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]
     todo, running, times = [(out, argv) for out, argv in plans if argv is not None], {}, {}
-    for out, argv in plans:
-        if argv is None:
-            print(f"{os.path.basename(out)}: reusing the finished run in {out}")
+    for out in [out for out, argv in plans if argv is None]:
+        print(f"{os.path.basename(out)}: reusing the finished run in {out}")
     try:
         while todo or running:
             while todo and len(running) < args.jobs:
@@ -302,17 +301,15 @@ def _measure(job):
     return keys, measure_checkpoint(*work)
 
 
-def measure_all(jobs, args, done):
+def measure_all(jobs, args):
     """Measure every (keys, measure_checkpoint's arguments) in `jobs`, --jobs at a time in worker processes
-    of --threads each (in this process with --jobs 1); done(keys, row) gets each row as it comes."""
+    of --threads each (in this process with --jobs 1): yields (keys, row) as each row comes."""
     if args.jobs == 1 or len(jobs) <= 1:
-        for job in jobs:
-            done(*_measure(job))
+        yield from map(_measure, jobs)
         return
     # spawn, not fork: a forked child would inherit PyTorch's thread pool mid-use
     with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs)), _worker_init, (args.threads,)) as pool:
-        for keys, row in pool.imap_unordered(_measure, jobs):
-            done(keys, row)
+        yield from pool.imap_unordered(_measure, jobs)
         pool.close()
         pool.join()
 
@@ -331,8 +328,7 @@ def study_seeds(args, names):
     outs = {seed: args.out if len(args.seed) == 1 else os.path.join(args.out, f"seed{seed}") for seed in args.seed}
     rows, times = {}, {}
     for seed, out in outs.items():
-        saved = finished(out, args, seed)
-        if saved:  # e.g. measured by `study.py --seed S --out OUT/seedS`: only the aggregate is new
+        if saved := finished(out, args, seed):  # measured by `--seed S --out OUT/seedS`: only the aggregate is new
             print(f"seed {seed}: reusing the measured study in {out}")
             rows[seed], times[seed] = saved["rows"], saved.get("time", {})
     todo = [seed for seed in args.seed if seed not in rows]
@@ -352,21 +348,20 @@ def study_seeds(args, names):
             jobs += [([(seed, name, step)], run, p, args, not every or step % every == 0 or step == last)
                      for step, p in measured_checkpoints(run, cfg["args"])]
     left, cpu = {seed: sum(job[0][0][0] == seed for job in jobs) for seed in todo}, dict.fromkeys(todo, 0)
-
-    def done(keys, row):
-        seed, name, step = keys[0]
-        got.update(dict.fromkeys(keys, row))
-        say(f"seed {seed} {name} step {step}", row)
-        left[seed], cpu[seed] = left[seed] - 1, cpu[seed] + row["cpu_s"]
-        if left[seed]:
-            return
-        keys = sorted((k for k in got if k[0] == seed), key=lambda k: (names.index(k[1]), k[2]))
-        rows[seed] = [{"variant": k[1], "seed": seed, **got[k], "step": k[2]} for k in keys]
-        trained = [plans[seed, n][0] for n in names if plans[seed, n][0] in pretrained]
-        times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o in trained},
-                       "measure_cpu_s": round(cpu[seed])}
-        save(outs[seed], args, times[seed], rows[seed], format_table(rows[seed]))
-    measure_all(jobs, args, done)
+    with contextlib.closing(measure_all(jobs, args)) as measured:  # a failure ends the workers at once
+        for keys, row in measured:
+            seed, name, step = keys[0]
+            got.update(dict.fromkeys(keys, row))
+            say(f"seed {seed} {name} step {step}", row)
+            left[seed], cpu[seed] = left[seed] - 1, cpu[seed] + row["cpu_s"]
+            if left[seed]:
+                continue
+            keys = sorted((k for k in got if k[0] == seed), key=lambda k: (names.index(k[1]), k[2]))
+            rows[seed] = [{"variant": k[1], "seed": seed, **got[k], "step": k[2]} for k in keys]
+            trained = [plans[seed, n][0] for n in names if plans[seed, n][0] in pretrained]
+            times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o in trained},
+                           "measure_cpu_s": round(cpu[seed])}
+            save(outs[seed], args, times[seed], rows[seed], format_table(rows[seed]))
     return [r for seed in args.seed for r in rows[seed]], times
 
 
@@ -478,10 +473,8 @@ def main(argv=None):
 def study(args, t0):
     """main() once its flags are parsed -> the rows measured."""
     miniature = args.tacl or args.retromae
-    if args.ft_seeds is None:
-        args.ft_seeds = [1, 2, 3] if miniature else [1, 2, 3, 4, 5, 6]
-    if args.ft_heldout is None:
-        args.ft_heldout = 0 if miniature else 5000
+    defaults = dict(ft_seeds=[1, 2, 3], ft_heldout=0) if miniature else dict(ft_seeds=[1, 2, 3, 4, 5, 6], ft_heldout=5000)
+    vars(args).update({k: v for k, v in defaults.items() if getattr(args, k) is None})
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not names or any(v not in VARIANTS for v in names):
         raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
@@ -530,7 +523,6 @@ def finished(out, args, seed):
                 checkpoints.read_json(os.path.join(out, r["variant"], f"ckpt_{r['step']:08d}.json"))["sha256"] == r["sha256"]
                 for r in saved["rows"] if r.get("sha256")):
             return saved
-    return None
 
 
 def save(out, args, times, rows, table, name="study", drawn=True):

@@ -53,8 +53,7 @@ def format_table(rows):
     keys = ["eval_mlm_loss", "eval_mlm_acc", "ctx_intra", "ctx_inter", *CTX_KEYS]
     lines = md(["objective", "step", "eval MLM loss", "eval MLM acc", "ctx intra", "ctx inter", *CTX, *FT],
                [[r["variant"], r["step"], *(fmt(r[k]) for k in keys), pm(r, "ft"), pm(r, "ft_heldout")] for r in rows])
-    ref = [r for r in rows if r["variant"] == "mlm"]
-    if ref:  # the speed-up claim: the first step at which each objective matches MLM's final value
+    if ref := [r for r in rows if r["variant"] == "mlm"]:  # the speed-up claim
         goals = [g for g in GOALS if ref[-1].get(g[0]) is not None]
         lines.append(f"\nFirst step at which each objective reaches MLM's final value (step {ref[-1]['step']}): "
                      + ", ".join(f"{label} {ref[-1][k]:.3f}" for k, label, _ in goals))
