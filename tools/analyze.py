@@ -114,14 +114,10 @@ def probe_blocks(data, tok, max_len, eval_blocks, trained_on=True, cache_dir=Non
     return blocks[first:first + n], about
 
 
-def batched(blocks, batch_size):
-    """(k, T) ids -> int64 tensors of batch_size blocks."""
-    return [torch.from_numpy(blocks[i:i + batch_size].astype(np.int64)) for i in range(0, len(blocks), batch_size)]
-
-
 def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None):
     """The blocks taco.py's evaluate holds out (probe_blocks of the run's own text), in batches of int64 ids."""
-    return batched(probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0], batch_size)
+    held = probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0]
+    return list(torch.from_numpy(held.astype(np.int64)).split(batch_size))
 
 
 def describe_probe(source, data, max_len, about, eval_blocks):
@@ -493,7 +489,7 @@ def main(argv=None):
             raise UsageError(f"{data} gives only one block of {max_len} tokens: 'inter' pairs need two; "
                              f"pass more text or a smaller --max_len")
         print(f"{describe_probe(source, data, max_len, about, args.eval_blocks)} ({threads[0]} thread(s): {threads[1]})")
-        batches = batched(held, args.batch_size)
+        batches = list(torch.from_numpy(held.astype(np.int64)).split(args.batch_size))
         result = {"model": source, "data": data, "max_len": max_len, "blocks": len(held), "probe": about,
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
         if beir or sts_pairs:

@@ -19,6 +19,7 @@ and, when measured, retromae_overhead (taco-retromae step time / taco-mlm's).
 """
 import argparse
 import contextlib
+import importlib
 import io
 import os
 import platform
@@ -371,16 +372,12 @@ def tokenizers(path, vocab_spec, repeats=3):
             e.ids for e in hf_fast.encode_batch(docs, add_special_tokens=False)]
     except ImportError:
         print("tokenizers not installed: skipping Hugging Face's fast tokenizer")
-    try:  # transformers >= 5 renamed the pure-Python tokenizer
-        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
-    except ImportError:
-        try:
-            from transformers import BertTokenizer as Slow
-        except ImportError:
-            Slow = None
-    if Slow is not None:
-        slow = Slow(tok.vocab_file, do_lower_case=tok.do_lower_case)
-        runners["hf slow (python)"] = lambda: [slow.encode(d, add_special_tokens=False) for d in docs]
+    for module, name in (("transformers.models.bert.tokenization_bert_legacy", "BertTokenizerLegacy"),
+                         ("transformers", "BertTokenizer")):  # transformers >= 5 renamed the pure-Python one
+        with contextlib.suppress(ImportError):
+            slow = getattr(importlib.import_module(module), name)(tok.vocab_file, do_lower_case=tok.do_lower_case)
+            runners["hf slow (python)"] = lambda: [slow.encode(d, add_special_tokens=False) for d in docs]
+            break
     ids = {}
 
     def keep(name):  # a timed run that keeps its ids for the comparison

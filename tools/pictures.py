@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from engine import checkpoints
 from engine.cli import UsageError
 from engine.toy import TOPICS
+from taco import context_groups
 from tools import analyze
 
 # each objective's total loss ("loss" in metrics.jsonl) and its own auxiliary one ("tc"), as curves names them
@@ -122,14 +123,12 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
             h, e = encoder(chosen)  # load_encoder's encoder is in eval mode
         x = F.normalize((h - e if part == "g" else h).float(), dim=-1).reshape(-1, h.shape[-1])
         cos, T, flat = (x @ x.T).numpy(), chosen.shape[1], chosen.flatten().numpy()
-        is_sep, blk = flat == tok.sep_id, np.arange(len(flat)) // T
-        doc = np.cumsum(is_sep) - is_sep + blk * len(flat)  # a document ends at its [SEP]; never across blocks
-        off = ~np.eye(len(flat), dtype=bool)
-        same_block, same_doc = (blk[:, None] == blk[None, :]) & off, (doc[:, None] == doc[None, :]) & off
-        pairs = {"same document": same_doc, "other document, same block": same_block & ~same_doc,
-                 "other block": blk[:, None] != blk[None, :]}
+        blk, doc = (context_groups(chosen, sep).flatten().numpy() for sep in (None, tok.sep_id))  # TC's contexts
+        same_block, same_doc = blk[:, None] == blk[None, :], doc[:, None] == doc[None, :]
+        pairs = {"same document": same_doc & ~np.eye(len(flat), dtype=bool),
+                 "other document, same block": same_block & ~same_doc, "other block": ~same_block}
         im = ax.imshow(cos, vmin=-0.2, vmax=1, cmap="viridis")
-        seps = [(i + 0.5, "red", 0.8, "--") for i in np.flatnonzero(is_sep) if i % T != T - 1]  # a document ends
+        seps = [(i + 0.5, "red", 0.8, "--") for i in np.flatnonzero(flat == tok.sep_id) if i % T != T - 1]  # a doc ends
         for at, colour, width, style in seps + [(k * T - 0.5, "white", 1.5, "-") for k in range(1, n_blocks)]:
             for line in (ax.axhline, ax.axvline):
                 line(at, color=colour, lw=width, ls=style)
@@ -246,16 +245,15 @@ def main(argv=None):
     c.add_argument("--block", type=cli.int_range(0), default=None,
                    help="the first held-out block (default: where --blocks blocks hold the most document boundaries)")
     c.add_argument("--blocks", type=cli.int_range(1, 8), default=2, help="consecutive blocks in the matrix")
-    c.add_argument("--out", default="cosine.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
-    cli.add_threads_flag(c)
     q = sub.add_parser("pca", help="2-D PCA of g of held-out tokens, coloured by block and by document topic (toy corpus)")
     q.add_argument("runs", nargs="+", help="taco run directories or checkpoints trained on the toy corpus")
     q.add_argument("--tokens", type=cli.int_range(2), default=3000, help="at most this many tokens")
-    q.add_argument("--out", default="pca.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
-    cli.add_threads_flag(q)
     k = sub.add_parser("curves", help="loss, MLM, each objective's own loss and contextual score vs step")
     k.add_argument("runs", nargs="+", help="taco run directories")
-    k.add_argument("--out", default="curves.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+    for name, picture in sub.choices.items():  # the flags every picture has, last in its --help
+        picture.add_argument("--out", default=f"{name}.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+        if name != "curves":  # curves reads numbers, runs no model
+            cli.add_threads_flag(picture)
     args = p.parse_args(argv)
     with cli.errors():
         cli.set_threads(getattr(args, "threads", None))
