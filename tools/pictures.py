@@ -76,18 +76,11 @@ def objective_of(run):
 
 # ----------------------------------------------------------------------------- the pictures
 
-def pyplot():
-    plt = analyze.pyplot()
-    if plt is None:
-        raise UsageError("pictures.py draws with matplotlib, which is not installed: pip install matplotlib")
-    return plt
-
-
 def output_file(out, picture):
     """--out, checked before any work: a file whose extension matplotlib writes (png, pdf, svg, ...),
     or a folder (an existing one, or a path ending in /) that gets <picture>.png inside it, for every
     picture alike (`cosine.png`, `pca.png`, `curves.png`). -> the path written."""
-    pyplot()
+    analyze.pyplot("pictures.py")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     if out.endswith(("/", os.sep)) or os.path.isdir(out):
         cli.output_path(out, "--out", folder=True)
@@ -107,7 +100,7 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
     """Token x token cosine matrix of n_blocks consecutive held-out blocks for each run; block
     edges white, document boundaries red; mean cosines within a block (same / other document)
     and across blocks in the title."""
-    plt = pyplot()
+    plt = analyze.pyplot("pictures.py")
     fig, axes = plt.subplots(1, len(run_dirs), figsize=(4.6 * len(run_dirs), 4.6), squeeze=False)
     for ax, spec in zip(axes[0], run_dirs):
         encoder, tok, run_args, _ = analyze.load_encoder(spec)
@@ -145,7 +138,7 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
 def pca(run_dirs, out, max_tokens=3000):
     """2-D PCA of the global parts g of held-out tokens: coloured by block (top) and by their
     document's topic (bottom)."""
-    plt = pyplot()
+    plt = analyze.pyplot("pictures.py")
     fig, axes = plt.subplots(2, len(run_dirs), figsize=(4.5 * len(run_dirs), 8.4), squeeze=False)
     for col, spec in enumerate(run_dirs):
         encoder, tok, run_args, _ = analyze.load_encoder(spec)
@@ -177,9 +170,7 @@ def pca(run_dirs, out, max_tokens=3000):
         top.set_title(f"{short_name(spec)}: g = h - e of {len(t)} tokens, PCA\ncoloured by block "
                       f"({len(np.unique(block))} blocks; tight ones numbered)", fontsize=9)
         bottom.set_title("the same points, coloured by their document's topic", fontsize=9)
-        for ax in (top, bottom):
-            ax.set_xticks([])
-            ax.set_yticks([])
+    plt.setp(axes.flat, xticks=[], yticks=[])  # PCA's axes have no units
     axes[1, -1].legend(fontsize=7, markerscale=3, loc="center left", bbox_to_anchor=(1, 0.5), title="document topic")
     return save(fig, out, plt)
 
@@ -187,7 +178,7 @@ def pca(run_dirs, out, max_tokens=3000):
 def curves(run_dirs, out):
     """Training loss, MLM loss, each objective's own auxiliary loss (every --log_every steps) and
     the held-out contextual score (every --eval_every) vs step; one colour per run in every panel."""
-    plt = pyplot()
+    plt = analyze.pyplot("pictures.py")
     read = []
     for i, spec in enumerate(run_dirs):
         path = os.path.join(spec, "metrics.jsonl")
