@@ -114,14 +114,10 @@ def probe_blocks(data, tok, max_len, eval_blocks, trained_on=True, cache_dir=Non
     return blocks[first:first + n], about
 
 
-def batched(blocks, batch_size):
-    """(k, T) ids -> int64 tensors of batch_size blocks."""
-    return [torch.from_numpy(blocks[i:i + batch_size].astype(np.int64)) for i in range(0, len(blocks), batch_size)]
-
-
 def heldout_batches(data, tok, max_len, eval_blocks, batch_size, cache_dir=None):
     """The blocks taco.py's evaluate holds out (probe_blocks of the run's own text), in batches of int64 ids."""
-    return batched(probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0], batch_size)
+    held = probe_blocks(data, tok, max_len, eval_blocks, True, cache_dir)[0]
+    return list(torch.from_numpy(held.astype(np.int64)).split(batch_size))
 
 
 def describe_probe(source, data, max_len, about, eval_blocks):
@@ -187,13 +183,16 @@ def picture_path(path, flag):
     return path
 
 
-def pyplot():
-    """matplotlib's pyplot drawing to files, or None where matplotlib is not installed (taco runs without it)."""
+def pyplot(need=None):
+    """matplotlib's pyplot drawing to files, or None where matplotlib is not installed (taco runs without it);
+    with `need` (the tool that cannot draw without it), the error that says how to install it."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        if need:
+            raise UsageError(f"{need} draws with matplotlib, which is not installed: pip install matplotlib") from None
         return None
     return plt
 
@@ -352,8 +351,7 @@ def load_encoder(spec):
     if tok.vocab_size != config.vocab_size:  # more: ids past the embeddings; fewer: most likely another vocab
         raise UsageError(f"{spec}: its vocab.txt has {tok.vocab_size:,} tokens but the model has {config.vocab_size:,} "
                          f"word embeddings; put beside it the vocab.txt the model was trained with")
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:
+    if bad := [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]:
         raise UsageError(f"{source} holds NaN or infinite weights ({bad[0]}): pass a checkpoint from before they diverged")
     encoder = Bert(config)
     encoder.load_state_dict({k[5:]: v for k, v in weights.items() if k.startswith("bert.")})
@@ -413,12 +411,10 @@ def format_report(result):
                  "word similarity (Fig. 3a): no pair co-occurs in a held-out document (probe more text)")
     lines.append(f"  extra: Spearman {w['spearman']:.4f} with the human scores, mean cosine {w['mean_cosine']:.4f}, "
                  f"over {w['used']} pairs ({w['skipped']} of {w['pairs']} skipped: not single tokens)")
-    if "retrieval" in result:
-        r = result["retrieval"]
+    if r := result.get("retrieval"):
         lines.append(f"retrieval ({r['pooling']} pooling, {r['similarity']}, {r['queries']} queries, {r['documents']} "
                      f"documents): nDCG@10 {r['ndcg@10']:.4f}, MRR@10 {r['mrr@10']:.4f}, Recall@100 {r['recall@100']:.4f}")
-    if "sts" in result:
-        s = result["sts"]
+    if s := result.get("sts"):
         lines.append(f"sentence similarity ({s['pooling']} pooling, cosine): Spearman {s['spearman']:.4f} over {s['pairs']} pairs")
     return "\n".join(lines)
 
@@ -493,7 +489,7 @@ def main(argv=None):
             raise UsageError(f"{data} gives only one block of {max_len} tokens: 'inter' pairs need two; "
                              f"pass more text or a smaller --max_len")
         print(f"{describe_probe(source, data, max_len, about, args.eval_blocks)} ({threads[0]} thread(s): {threads[1]})")
-        batches = batched(held, args.batch_size)
+        batches = list(torch.from_numpy(held.astype(np.int64)).split(args.batch_size))
         result = {"model": source, "data": data, "max_len": max_len, "blocks": len(held), "probe": about,
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
         if beir or sts_pairs:

@@ -19,6 +19,7 @@ and, when measured, retromae_overhead (taco-retromae step time / taco-mlm's).
 """
 import argparse
 import contextlib
+import importlib
 import io
 import os
 import platform
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from types import SimpleNamespace
+from unittest import mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # python tools/NAME.py: the root's modules
@@ -371,16 +373,12 @@ def tokenizers(path, vocab_spec, repeats=3):
             e.ids for e in hf_fast.encode_batch(docs, add_special_tokens=False)]
     except ImportError:
         print("tokenizers not installed: skipping Hugging Face's fast tokenizer")
-    try:  # transformers >= 5 renamed the pure-Python tokenizer
-        from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy as Slow
-    except ImportError:
-        try:
-            from transformers import BertTokenizer as Slow
-        except ImportError:
-            Slow = None
-    if Slow is not None:
-        slow = Slow(tok.vocab_file, do_lower_case=tok.do_lower_case)
-        runners["hf slow (python)"] = lambda: [slow.encode(d, add_special_tokens=False) for d in docs]
+    for module, name in (("transformers.models.bert.tokenization_bert_legacy", "BertTokenizerLegacy"),
+                         ("transformers", "BertTokenizer")):  # transformers >= 5 renamed the pure-Python one
+        with contextlib.suppress(ImportError):
+            slow = getattr(importlib.import_module(module), name)(tok.vocab_file, do_lower_case=tok.do_lower_case)
+            runners["hf slow (python)"] = lambda: [slow.encode(d, add_special_tokens=False) for d in docs]
+            break
     ids = {}
 
     def keep(name):  # a timed run that keeps its ids for the comparison
@@ -443,14 +441,12 @@ def loop(args, steps, count_syncs=False):
              "dtype": args.dtype, "threads": args.threads}
     argv = [w for k, v in flags.items() if v is not None for w in (f"--{k}", str(v))] + ["--compile"] * args.compile
     syncs, said = fast.HostSyncs() if count_syncs else contextlib.nullcontext(), io.StringIO()
-    with tempfile.TemporaryDirectory() as out, syncs, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-        taco.get_lr = stamped
+    with (tempfile.TemporaryDirectory() as out, syncs, contextlib.redirect_stdout(said),
+          contextlib.redirect_stderr(said), mock.patch.object(taco, "get_lr", stamped)):
         try:
             taco.main(argv + ["--out", out])
         except SystemExit as stop:  # taco's one error line: the reason
             raise RuntimeError((said.getvalue().strip().splitlines() or [f"exit {stop.code}"])[-1]) from None
-        finally:
-            taco.get_lr = real
     sync(args.device)
     stamps.append((time.perf_counter(), frames["ok"]))
     step_s = [b[0] - a[0] for a, b in zip(stamps, stamps[1:])][2:] or [stamps[-1][0] - stamps[0][0]]
@@ -522,12 +518,10 @@ def gpu_check(args, minutes=7.5):
         def tc(group):
             return lambda i: tc_loss(h, e, generator=torch.Generator(args.device).manual_seed(1), fast=True,
                                      group=group).backward()
-        real = runs.gather_pool  # 8 ranks' pool, simulated: this micro-batch's keys 8 times
-        runs.gather_pool = lambda keys, pool, group: (keys.repeat(ranks, 1), pool.repeat(ranks, 1), slice(0, len(pool)))
-        try:  # a warm-up round first; fast.py's route is measured for both shapes
+        simulated = lambda keys, pool, group: (keys.repeat(ranks, 1), pool.repeat(ranks, 1), slice(0, len(pool)))
+        with mock.patch.object(runs, "gather_pool", simulated):  # 8 ranks' pool: this micro-batch's keys 8 times
+            # a warm-up round first; fast.py's route is measured for both shapes
             own, pooled = alternate({0: tc(None), 1: tc(True)}, args.device, 3, warmup=1).values()
-        finally:
-            runs.gather_pool = real
         gathered = ranks * B * T * (cfg.hidden_size * 4 + 1) / 2**20
         return f"+{pooled - own:.1f} ms", (f"TC loss of a {B} x {T} micro-batch: {own:.1f} ms with its own negatives, "
                                            f"{pooled:.1f} ms from {ranks} ranks' (simulated on one device); per step x "

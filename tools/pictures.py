@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from engine import checkpoints
 from engine.cli import UsageError
 from engine.toy import TOPICS
+from taco import context_groups
 from tools import analyze
 
 # each objective's total loss ("loss" in metrics.jsonl) and its own auxiliary one ("tc"), as curves names them
@@ -75,18 +76,11 @@ def objective_of(run):
 
 # ----------------------------------------------------------------------------- the pictures
 
-def pyplot():
-    plt = analyze.pyplot()
-    if plt is None:
-        raise UsageError("pictures.py draws with matplotlib, which is not installed: pip install matplotlib")
-    return plt
-
-
 def output_file(out, picture):
     """--out, checked before any work: a file whose extension matplotlib writes (png, pdf, svg, ...),
     or a folder (an existing one, or a path ending in /) that gets <picture>.png inside it, for every
     picture alike (`cosine.png`, `pca.png`, `curves.png`). -> the path written."""
-    pyplot()
+    analyze.pyplot("pictures.py")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     if out.endswith(("/", os.sep)) or os.path.isdir(out):
         cli.output_path(out, "--out", folder=True)
@@ -106,7 +100,7 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
     """Token x token cosine matrix of n_blocks consecutive held-out blocks for each run; block
     edges white, document boundaries red; mean cosines within a block (same / other document)
     and across blocks in the title."""
-    plt = pyplot()
+    plt = analyze.pyplot("pictures.py")
     fig, axes = plt.subplots(1, len(run_dirs), figsize=(4.6 * len(run_dirs), 4.6), squeeze=False)
     for ax, spec in zip(axes[0], run_dirs):
         encoder, tok, run_args, _ = analyze.load_encoder(spec)
@@ -122,14 +116,12 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
             h, e = encoder(chosen)  # load_encoder's encoder is in eval mode
         x = F.normalize((h - e if part == "g" else h).float(), dim=-1).reshape(-1, h.shape[-1])
         cos, T, flat = (x @ x.T).numpy(), chosen.shape[1], chosen.flatten().numpy()
-        is_sep, blk = flat == tok.sep_id, np.arange(len(flat)) // T
-        doc = np.cumsum(is_sep) - is_sep + blk * len(flat)  # a document ends at its [SEP]; never across blocks
-        off = ~np.eye(len(flat), dtype=bool)
-        same_block, same_doc = (blk[:, None] == blk[None, :]) & off, (doc[:, None] == doc[None, :]) & off
-        pairs = {"same document": same_doc, "other document, same block": same_block & ~same_doc,
-                 "other block": blk[:, None] != blk[None, :]}
+        blk, doc = (context_groups(chosen, sep).flatten().numpy() for sep in (None, tok.sep_id))  # TC's contexts
+        same_block, same_doc = blk[:, None] == blk[None, :], doc[:, None] == doc[None, :]
+        pairs = {"same document": same_doc & ~np.eye(len(flat), dtype=bool),
+                 "other document, same block": same_block & ~same_doc, "other block": ~same_block}
         im = ax.imshow(cos, vmin=-0.2, vmax=1, cmap="viridis")
-        seps = [(i + 0.5, "red", 0.8, "--") for i in np.flatnonzero(is_sep) if i % T != T - 1]  # a document ends
+        seps = [(i + 0.5, "red", 0.8, "--") for i in np.flatnonzero(flat == tok.sep_id) if i % T != T - 1]  # a doc ends
         for at, colour, width, style in seps + [(k * T - 0.5, "white", 1.5, "-") for k in range(1, n_blocks)]:
             for line in (ax.axhline, ax.axvline):
                 line(at, color=colour, lw=width, ls=style)
@@ -146,7 +138,7 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
 def pca(run_dirs, out, max_tokens=3000):
     """2-D PCA of the global parts g of held-out tokens: coloured by block (top) and by their
     document's topic (bottom)."""
-    plt = pyplot()
+    plt = analyze.pyplot("pictures.py")
     fig, axes = plt.subplots(2, len(run_dirs), figsize=(4.5 * len(run_dirs), 8.4), squeeze=False)
     for col, spec in enumerate(run_dirs):
         encoder, tok, run_args, _ = analyze.load_encoder(spec)
@@ -178,9 +170,7 @@ def pca(run_dirs, out, max_tokens=3000):
         top.set_title(f"{short_name(spec)}: g = h - e of {len(t)} tokens, PCA\ncoloured by block "
                       f"({len(np.unique(block))} blocks; tight ones numbered)", fontsize=9)
         bottom.set_title("the same points, coloured by their document's topic", fontsize=9)
-        for ax in (top, bottom):
-            ax.set_xticks([])
-            ax.set_yticks([])
+    plt.setp(axes.flat, xticks=[], yticks=[])  # PCA's axes have no units
     axes[1, -1].legend(fontsize=7, markerscale=3, loc="center left", bbox_to_anchor=(1, 0.5), title="document topic")
     return save(fig, out, plt)
 
@@ -188,7 +178,7 @@ def pca(run_dirs, out, max_tokens=3000):
 def curves(run_dirs, out):
     """Training loss, MLM loss, each objective's own auxiliary loss (every --log_every steps) and
     the held-out contextual score (every --eval_every) vs step; one colour per run in every panel."""
-    plt = pyplot()
+    plt = analyze.pyplot("pictures.py")
     read = []
     for i, spec in enumerate(run_dirs):
         path = os.path.join(spec, "metrics.jsonl")
@@ -246,16 +236,15 @@ def main(argv=None):
     c.add_argument("--block", type=cli.int_range(0), default=None,
                    help="the first held-out block (default: where --blocks blocks hold the most document boundaries)")
     c.add_argument("--blocks", type=cli.int_range(1, 8), default=2, help="consecutive blocks in the matrix")
-    c.add_argument("--out", default="cosine.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
-    cli.add_threads_flag(c)
     q = sub.add_parser("pca", help="2-D PCA of g of held-out tokens, coloured by block and by document topic (toy corpus)")
     q.add_argument("runs", nargs="+", help="taco run directories or checkpoints trained on the toy corpus")
     q.add_argument("--tokens", type=cli.int_range(2), default=3000, help="at most this many tokens")
-    q.add_argument("--out", default="pca.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
-    cli.add_threads_flag(q)
     k = sub.add_parser("curves", help="loss, MLM, each objective's own loss and contextual score vs step")
     k.add_argument("runs", nargs="+", help="taco run directories")
-    k.add_argument("--out", default="curves.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+    for name, picture in sub.choices.items():  # the flags every picture has, last in its --help
+        picture.add_argument("--out", default=f"{name}.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+        if name != "curves":  # curves reads numbers, runs no model
+            cli.add_threads_flag(picture)
     args = p.parse_args(argv)
     with cli.errors():
         cli.set_threads(getattr(args, "threads", None))
