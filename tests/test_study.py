@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -272,6 +273,25 @@ def test_plan_resumes_or_replaces_only_its_own_runs(tmp_path):
     args.force = True
     assert study.plan_run("taco", args, 0, str(tmp_path / "theirs"))[1][-1] == "--force"
     assert study.plan_run("taco", args, 0, str(tmp_path / "empty"))[1][-1] == str(tmp_path / "empty" / "taco")
+
+
+def test_a_continuation_is_finished_only_if_its_init_hash_is_read_and_agrees(tmp_path, monkeypatch):
+    """A continuation's run counts as done only when the hash of the init it started from can be read
+    and equals that of the init's newest checkpoint; an unreadable manifest starts it again."""
+    args = argparse.Namespace(
+        taco_args="", size="tiny", data="toy", steps=200, max_len=32, batch_size=4, lr=None, device=None,
+        cache_dir=None, save_every=2, force=False)
+    init, out = tmp_path / "init", tmp_path / "out"
+    fake_run(init)
+    argv = study.taco_argv("taco", args, 0, str(out / "taco"))
+    fake_run(out / "taco", vars(flags.get_args(argv)), marker=True)  # finished: its checkpoint is step 200
+    config = json.loads((out / "taco" / "config.json").read_text())
+    (out / "taco" / "config.json").write_text(json.dumps({**config, "init": {"sha256": "x"}}))
+    monkeypatch.setattr(study.checkpoints, "latest_checkpoint",
+                        lambda folder: str(sorted(Path(folder).glob("ckpt_*.pt"))[-1]))
+    assert study.plan_run("taco", args, 0, str(out), init=str(init)) == (str(out / "taco"), None)
+    (init / "ckpt_00000200.json").write_text(json.dumps({"step": 200}))  # no hash to compare
+    assert study.plan_run("taco", args, 0, str(out), init=str(init))[1][-1] == "--force"
 
 
 # ----------------------------------------------------------------------------- signals

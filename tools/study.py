@@ -119,8 +119,8 @@ def plan_run(name, args, seed, out_dir, extra=(), init=None):
     have = config.get("args")
     same = isinstance(have, dict) and all(have.get(k) == v for k, v in want.items())
     if same and init is not None:
-        start = checkpoints.latest_checkpoint(init)
-        with contextlib.suppress(OSError, ValueError, TypeError):
+        start, same = checkpoints.latest_checkpoint(init), False  # unless both hashes are read and agree
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             same = start is not None and (config.get("init") or {}).get("sha256") == \
                 checkpoints.read_json(start[:-3] + ".json")["sha256"]
     last = checkpoints.latest_checkpoint(out) if same else None
