@@ -67,9 +67,8 @@ def _checked(out, tool, force, protect):
                 raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another "
                                  f"folder")
         ours = set()
-        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-            with open(os.path.join(out, MARKER)) as f:
-                mark = json.load(f)
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError), open(os.path.join(out, MARKER)) as f:
+            mark = json.load(f)
             ours = set(mark["files"]) if mark["tool"] == tool else set()
         found = [e for e in _entries(out) if e != ".lock"]
         foreign = [e for e in found if e not in ours | {MARKER}]
