@@ -2,7 +2,6 @@
 rename) and tolerant readers of the project's own JSON files; checkpoints (ckpt_<step>.pt and a
 manifest with its size and sha256, verified before use, rotated); and the weights a run or a
 script starts from (--init, --model: a run folder, a checkpoint file or a Hugging Face folder).
-User mistakes are cli.UsageError: one `error:` line, exit 2 (docs/robustness.md).
 """
 import contextlib
 import hashlib
@@ -129,10 +128,8 @@ def sha256(path):
 
 def file_sha256(f):
     """The sha256 of an open file's content, read from its start; leaves it at its start."""
-    h = hashlib.sha256()
     f.seek(0)
-    for chunk in iter(lambda: f.read(1 << 22), b""):
-        h.update(chunk)
+    h = hashlib.file_digest(f, "sha256")
     f.seek(0)
     return h.hexdigest()
 

@@ -92,13 +92,11 @@ def start(name):
     for s in STOPS:
         if signal.getsignal(s) is not signal.SIG_IGN:  # nohup, a background job's SIGINT: stays ignored
             signal.signal(s, _on_signal)
-    try:
-        with open("/dev/tty") as tty:  # a terminal's foreground job keeps its group: its Ctrl-C reaches all of it
-            foreground = os.tcgetpgrp(tty.fileno()) == os.getpgrp()
-    except OSError:  # no terminal
-        foreground = False
-    with contextlib.suppress(OSError):  # (a session leader cannot, and leads its group already)
-        if not foreground:
+    foreground = False
+    with contextlib.suppress(OSError), open("/dev/tty") as tty:  # a terminal's foreground job keeps its group:
+        foreground = os.tcgetpgrp(tty.fileno()) == os.getpgrp()  # its Ctrl-C reaches all of it (OSError: no tty)
+    if not foreground:
+        with contextlib.suppress(OSError):  # (a session leader cannot, and leads its group already)
             os.setpgid(0, 0)
     if os.getpgrp() == os.getpid():
         _group.append(os.getpid())
@@ -212,19 +210,17 @@ def check_compile(device):
     say up front, in one line, when what it needs is missing, not after minutes of work."""
     if device.type == "cpu":
         import subprocess
-        import tempfile
         cxx, need = os.environ.get("CXX") or "g++", "--compile needs a working C++ compiler on CPU"  # inductor's
-        with tempfile.TemporaryDirectory() as tmp:  # (one that answers --version may still not compile)
-            try:
-                subprocess.run([cxx, "-x", "c++", "-c", "-", "-o", os.path.join(tmp, "a.o")], input="int f() { return 0; }",
-                               capture_output=True, text=True, timeout=120, check=True)
-            except OSError:
-                raise UsageError(f"{need} and found none (tried {cxx}): install one (e.g. apt install g++), point "
-                                 f"$CXX at it, or run without --compile") from None
-            except subprocess.SubprocessError as err:
-                said = (getattr(err, "stderr", None) or str(err)).strip().splitlines() or ["no output"]
-                raise UsageError(f"{need}, and {cxx} cannot compile a test file ({said[0]}): fix it, point $CXX "
-                                 f"at another, or run without --compile") from None
+        try:  # (one that answers --version may still not compile)
+            subprocess.run([cxx, "-x", "c++", "-c", "-", "-o", os.devnull], input="int f() { return 0; }",
+                           capture_output=True, text=True, timeout=120, check=True)
+        except OSError:
+            raise UsageError(f"{need} and found none (tried {cxx}): install one (e.g. apt install g++), point "
+                             f"$CXX at it, or run without --compile") from None
+        except subprocess.SubprocessError as err:
+            said = (getattr(err, "stderr", None) or str(err)).strip().splitlines() or ["no output"]
+            raise UsageError(f"{need}, and {cxx} cannot compile a test file ({said[0]}): fix it, point $CXX "
+                             f"at another, or run without --compile") from None
     elif importlib.util.find_spec("triton") is None:
         raise UsageError("--compile on CUDA needs Triton (pip install triton), or run without --compile")
     elif not any(shutil.which(c) for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c):

@@ -43,9 +43,8 @@ class FlagParser(cli.ArgumentParser):
         raise UsageError(message)
 
 
-def get_args(argv=None):
-    """taco.py's flags, the recipe's defaults filled in, reading no file. Where the recipe depends on
-    the --init model (neither --size nor --data given), args.recipe is None until apply_recipe."""
+def parser():
+    """taco.py's flags; a default None is filled in by get_args (the objective's) or apply_recipe."""
     p = FlagParser(description="TACO / MLM pre-training of BERT.", formatter_class=cli.HelpFormatter)
     # model and objective
     p.add_argument("--size", default=None, choices=SIZES, help="model size (default tiny) and its recipe (RECIPES)")
@@ -123,7 +122,13 @@ def get_args(argv=None):
     p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
     p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
-    args = p.parse_args(argv)
+    return p
+
+
+def get_args(argv=None):
+    """taco.py's flags, the recipe's defaults filled in, reading no file. Where the recipe depends on
+    the --init model (neither --size nor --data given), args.recipe is None until apply_recipe."""
+    args = parser().parse_args(argv)
     args.temperature = args.temperature or (0.01 if args.objective == "tacl" else 0.07)
     if args.weight_decay is None:  # TaCL's AdamW (transformers' default) has none; TACO's scripts 0.01
         args.weight_decay = 0.0 if args.objective == "tacl" else 0.01
@@ -208,8 +213,8 @@ def check_args(args, world_size, warn=print):
 def check_tacl_args(args):
     """TaCL continues a trained model (its teacher is a frozen copy of it); TACO's sampling flags
     do not apply to it, nor the teacher's flag to the other objectives."""
-    defaults = vars(get_args([]))
-    given = lambda flag: getattr(args, flag) != defaults[flag]  # set to other than its default
+    defaults = parser()  # (its defaults, not get_args([])'s: no recipe to apply)
+    given = lambda flag: getattr(args, flag) != defaults.get_default(flag)  # set to other than its default
     if args.objective != "tacl":
         if given("teacher_dropout"):
             raise UsageError("--teacher_dropout applies only to --objective tacl")

@@ -48,12 +48,9 @@ def check(out, tool, force=False, protect=None):
 @contextlib.contextmanager
 def _checked(out, tool, force, protect):
     """check's rules, holding OUT/.lock where there is one (so that no run starts there meanwhile)."""
-    try:
-        lock = open(os.path.join(out, ".lock"), "rb")
-    except (FileNotFoundError, NotADirectoryError):  # no run was ever there
-        lock = None
-    with lock or contextlib.nullcontext():
-        if lock:
+    with contextlib.ExitStack() as held:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):  # no run was ever there
+            lock = held.enter_context(open(os.path.join(out, ".lock"), "rb"))
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -67,9 +64,8 @@ def _checked(out, tool, force, protect):
                 raise UsageError(f"{out} is or holds {what} {path}: writing there would replace it; pick another "
                                  f"folder")
         ours = set()
-        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-            with open(os.path.join(out, MARKER)) as f:
-                mark = json.load(f)
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError), open(os.path.join(out, MARKER)) as f:
+            mark = json.load(f)
             ours = set(mark["files"]) if mark["tool"] == tool else set()
         found = [e for e in _entries(out) if e != ".lock"]
         foreign = [e for e in found if e not in ours | {MARKER}]

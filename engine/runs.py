@@ -1,8 +1,7 @@
 """A run's engineering, shared by every script: everything about a run that is not the method.
 RunLock and StopSignals (one run per --out; a signal stops it at a step boundary), torchrun's ranks,
 seeds from (seed, step, rank) for exact resume, and Run: the moments of taco.py's train(), one call
-each. What a run writes and reads back is in checkpoints.py. User mistakes are cli.UsageError: one
-`error:` line, exit 2 (docs/robustness.md).
+each. What a run writes and reads back is in checkpoints.py; user mistakes are cli.UsageError.
 """
 import contextlib
 import fcntl
@@ -59,15 +58,14 @@ class RunLock(contextlib.AbstractContextManager):
                 raise cli.DiskFull(folder, 100, f"the lock of {flag}") from None
             raise
 
-    def release(self):
+    def __exit__(self, *exc):
         os.ftruncate(self.fd, 0)  # empty: released cleanly
         os.close(self.fd)
         if self.created and os.listdir(self.folder) == [".lock"]:
             os.remove(os.path.join(self.folder, ".lock"))
             os.rmdir(self.folder)
 
-    def __exit__(self, *exc):
-        self.release()
+    release = __exit__
 
 
 class StopSignals(contextlib.AbstractContextManager):
@@ -96,7 +94,7 @@ class StopSignals(contextlib.AbstractContextManager):
             seen, name = seen + 1, signal.Signals(signum).name
             if seen == 1:
                 self.say(f"{name}: stopping after this step, once it is saved; a second signal stops at once")
-            elif seen > 1:
+            else:
                 if message := self.at_once(name):
                     print(message, file=sys.stderr)
                 sys.stdout.flush()
@@ -354,13 +352,12 @@ class Run(contextlib.AbstractContextManager):
         """The step's random numbers, from (seed, step, rank) alone, so that a resumed run draws what
         an unbroken one would: dropout (torch's), masking (a CPU generator) and TC's sampling (on a GPU
         a generator of its own, on the CPU the masking one; for --negatives_from global rank 0's)."""
-        seed, rank, device = self.args.seed, self.rank, self.device
+        seed, rank, shared = self.args.seed, self.rank, self.args.negatives_from == "global"
         torch.manual_seed(step_seed(seed, step, rank))
         masking = torch.Generator().manual_seed(step_seed(seed + 1, step, rank))
-        if self.args.negatives_from == "global":
-            return masking, torch.Generator(device).manual_seed(step_seed(seed + 2, step, 0))
-        return masking, masking if device.type == "cpu" else torch.Generator(device).manual_seed(
-            step_seed(seed + 2, step, rank))
+        if self.device.type == "cpu" and not shared:
+            return masking, masking
+        return masking, torch.Generator(self.device).manual_seed(step_seed(seed + 2, step, 0 if shared else rank))
 
     def early_estimate(self, i, n):
         """A first step that takes long (minutes on a CPU) gives the estimate after 30 s."""
@@ -473,15 +470,10 @@ AUX_LOSS = {"taco": "tc", "tacl": "tacl", "retromae": "dec", "mlm": None}
 
 def duration(seconds):
     """4.2 s, 3.5 min, 2.1 h, 12.3 days, 98.5 years."""
-    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.3g} s"
+    units = (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60))
+    return next((f"{seconds / size:.1f} {unit}" for unit, size in units if seconds >= 2 * size), f"{seconds:.3g} s")
 
 
 def count(n):
     """163.8B, 2.5M, 4.1k."""
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
+    return next((f"{n / size:.1f}{unit}" for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)) if n >= size), str(n))
