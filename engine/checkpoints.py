@@ -127,9 +127,12 @@ def sha256(path):
 
 
 def file_sha256(f):
-    """The sha256 of an open file's content, read from its start; leaves it at its start."""
+    """The sha256 of an open file's content, read from its start in chunks; leaves it at its start.
+    (hashlib.file_digest would do it in one call, from Python 3.11; taco runs on 3.10.)"""
+    h = hashlib.sha256()
     f.seek(0)
-    h = hashlib.file_digest(f, "sha256")
+    for chunk in iter(lambda: f.read(1 << 22), b""):
+        h.update(chunk)
     f.seek(0)
     return h.hexdigest()
 
