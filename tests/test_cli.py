@@ -100,14 +100,19 @@ with cli.errors():
 """
 
 
-@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, True)])
-def test_a_signal_ends_the_script_and_every_process_it_started(tmp_path, sig, group):
-    script = tmp_path / "pool.py"
-    script.write_text(POOL.format(here=HERE))
+def start_script(script, text):
+    """Run `text` as a script in its own session; return once it has printed "started" (and 0.5 s more)."""
+    script.write_text(text.format(here=HERE))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     assert proc.stdout.readline() == "started\n"
     time.sleep(0.5)
+    return proc
+
+
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_a_signal_ends_the_script_and_every_process_it_started(tmp_path, sig, group):
+    proc = start_script(tmp_path / "pool.py", POOL)
     os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
     assert proc.wait(timeout=60) == 128 + sig
     assert proc.stderr.read() == ("interrupted\n" if sig == signal.SIGINT else "stopped by SIGTERM\n")
@@ -134,12 +139,7 @@ with cli.errors():
 
 def test_a_signal_python_drops_is_raised_again(tmp_path):
     """Not printed (no "Exception ignored"), raised again once past the hook: exit 143, one line, the child ended."""
-    script = tmp_path / "at_fork.py"
-    script.write_text(AT_FORK.format(here=HERE))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    assert proc.stdout.readline() == "started\n"
-    time.sleep(0.5)
+    proc = start_script(tmp_path / "at_fork.py", AT_FORK)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     assert proc.stderr.read() == "stopped by SIGTERM\n"
