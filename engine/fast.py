@@ -149,7 +149,8 @@ def speed_up(model):
 
 # ----------------------------------------------------------------------------- host syncs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the repository's files
+ENV = os.path.join(sys.prefix, "")  # an environment's files, even one in the repository (.venv/)
 SYNCING = {"nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "masked_scatter", "unique_dim",
            "_unique", "_unique2", "unique_consecutive", "bincount", "equal"}  # the output's size or value is the host's
 BOOL_INDEXED = {"index", "index_put", "index_put_", "_index_put_impl_"}  # a boolean index is a nonzero
@@ -189,7 +190,7 @@ def where(name, host_side=()):
         backward |= f"torch{os.sep}autograd" in path
         if frame.f_code.co_name in host_side:
             return None
-        if label is None and path.startswith(ROOT) and path != __file__:
+        if label is None and path.startswith(ROOT) and not path.startswith(ENV) and path != __file__:
             label = f"{os.path.relpath(path, ROOT)}:{frame.f_code.co_name} ({name}{', backward' * backward})"
         frame = frame.f_back
     return label or f"elsewhere ({name})"

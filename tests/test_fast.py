@@ -1,4 +1,6 @@
 """Tests for fast.py: each speed equivalent equals the plain form it replaces."""
+import os
+import sys
 import time
 
 import pytest
@@ -178,3 +180,16 @@ def test_the_gpu_route_is_measured_at_first_use(monkeypatch):
     assert fast.measured_route(g, keys, cols) == "sampled" and fast.measured_route(g, keys, cols) == "sampled"
     assert calls.count("product") == 4  # timed once (a warm-up and 3 runs), then looked up
     assert fast.similarity_route(40, 30, 5, 8)[0] == "product"  # what the CPU rule says for the same shapes
+
+
+def test_host_syncs_name_the_repository_not_an_environment_inside_it(monkeypatch):
+    """With the environment inside the repository's folder (a .venv/, or a sibling folder whose name
+    starts like the repository's), a sync is still put on the repository's line, never on torch's."""
+    monkeypatch.setattr(fast, "ROOT", os.path.join(os.path.commonpath([sys.prefix, os.path.abspath(__file__)]), ""))
+    x = torch.randn(6, requires_grad=True)
+    with fast.HostSyncs(host_side=()) as syncs:
+        x[x > 0].sum().backward()
+        (x > 0).nonzero()
+    labels = sorted(syncs.counts)
+    assert [label.split(" (")[1] for label in labels] == ["index)", "index_put, backward)", "nonzero)"], labels
+    assert all(label.startswith(os.path.relpath(__file__, fast.ROOT)) for label in labels), labels
