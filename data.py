@@ -285,7 +285,7 @@ def mask_selected(input_ids, selected, tokenizer, generator=None):
     from the whole vocabulary), 10% stay; labels -100 where not selected."""
     device = input_ids.device
     input_ids = input_ids.long()
-    normal_ids = torch.from_numpy(np.setdiff1d(range(tokenizer.vocab_size), tokenizer.special_ids)).to(device)
+    normal_ids = torch.from_numpy(np.setdiff1d(np.arange(tokenizer.vocab_size), tokenizer.special_ids)).to(device)
     action = rand(generator, device, *input_ids.shape)
     where = generator.device if generator is not None else torch.device("cpu")
     pick = torch.randint(len(normal_ids), input_ids.shape, generator=generator, device=where)
