@@ -11,15 +11,14 @@ holds them once tokenised are the engineering's: engine/corpus.py and engine/tok
 """
 import os
 import re
-import sys
 import unicodedata
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engine.cli import DataError, regular_file
+from engine.cli import DataError
+from engine.corpus import hub_reachable
 from engine.toy import toy_corpus
 
 
@@ -58,26 +57,13 @@ class WordPieceTokenizer:
 
     def __init__(self, vocab_file, do_lower_case=True):
         path = Path(vocab_file)
-        if not os.path.lexists(path):
-            raise DataError(f"vocab file {path} not found: pass a vocab.txt (one token per line)")
-        regular_file(path, "vocab file")
         try:  # utf-8-sig: a byte-order mark left by an editor is not part of the first token
             text = path.read_text(encoding="utf-8-sig")  # Windows line ends read as "\n" too
         except UnicodeDecodeError:
             raise DataError(f"vocab file {path} is not UTF-8: pass a BERT-style vocab.txt") from None
-        if not text:
-            raise DataError(f"vocab file {path} is empty: pass a BERT-style vocab.txt")
         tokens = text.removesuffix("\n").split("\n")  # the last line's "\n" ends it, starts no token
         if missing := [t for t in SPECIAL_TOKENS if t not in tokens]:
             raise DataError(f"vocab file {path} lacks {', '.join(missing)}: add them, one per line")
-        if set(tokens) <= set(SPECIAL_TOKENS):  # no text to tokenise, no token for masking's random 10%
-            raise DataError(f"vocab file {path} holds only the special tokens {', '.join(SPECIAL_TOKENS)}: "
-                            f"add the words and ## pieces of the text, one per line")
-        if repeats := [t for t, n in Counter(tokens).items() if n > 1]:  # BERT's tokenizers: the last line's id
-            where = [f"{t!r} (lines {', '.join(str(no) for no, u in enumerate(tokens, 1) if u == t)})" for t in repeats[:5]]
-            print(f"warning: vocab file {path} repeats {len(repeats)} token(s): {', '.join(where)}"
-                  f"{' ...' * (len(repeats) > 5)}; each has the id of its last line, as in BERT's tokenizer",
-                  file=sys.stderr)
         self.vocab_file = str(path)
         self.do_lower_case = do_lower_case
         self.vocab = {t: i for i, t in enumerate(tokens)}
@@ -181,6 +167,7 @@ def load_tokenizer(spec, cache_dir=None):
         return WordPieceTokenizer(path)
     try:
         from huggingface_hub import hf_hub_download
+        hub_reachable()  # if not, only the local cache is asked
         path = hf_hub_download(spec, "vocab.txt")
     except Exception as e:  # offline, unknown repo, no vocab.txt in it, ...
         raise DataError(f"could not fetch vocab.txt of {spec!r} from the Hugging Face hub ({type(e).__name__}): "

@@ -20,8 +20,7 @@ import contextlib
 from collections import Counter
 from typing import NamedTuple
 
-from engine import cli
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
+from engine import checkpoints, cli, runs  # first: the engine sets how idle CPU threads wait before torch loads
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -29,7 +28,6 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import Batches, load_tokenizer, make_blocks, mask_tokens, rand, retromae_batch
-from engine import checkpoints, runs
 from engine.fast import SampledCosines, speed_up
 from engine.flags import apply_recipe, get_args
 from model import Bert, BertConfig, BertForPreTraining, RetroMAEForPreTraining
@@ -404,8 +402,7 @@ def train(args):
     init = checkpoints.load_init(args.init) if args.init else None  # the weights to continue from
     apply_recipe(args, init)  # with --init and neither --size nor --data: the recipe that fits the init
     with runs.Run(args) as run:  # ranks, threads, checks across flags, --out's lock, the checkpoint to resume
-        with runs.also_missing(args):  # if the vocab is missing, one message names all that is missing
-            tok = load_tokenizer(args.vocab, args.cache_dir)
+        tok = run.first("load --vocab", lambda: load_tokenizer(args.vocab, args.cache_dir))  # rank 0 asks the hub first
         cfg = model_config(args, tok, init)
         blocks = make_blocks(run.tokens(tok), args.max_len, tok.cls_id, tok.sep_id)  # tokenised once and cached
         train_blocks, eval_blocks = blocks.split(len(blocks) - min(args.eval_blocks, len(blocks) // 10))  # tail held out
@@ -423,6 +420,9 @@ def train(args):
         model = torch.compile(raw) if args.compile else raw
         if run.world > 1:  # DDP: every rank's gradients averaged in the backward
             model = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
+            with run.autocast:  # its buckets in the order of every later step's, for an exact resume
+                runs.settle_buckets(model, lambda: compute_loss(model, masked_batch(batches.at(start)[0], tok, args,
+                                    torch.Generator()).to(run.device), args, run.reseed(start)[1], teacher)[0])
 
         for step in run.steps(start):  # a progress bar; a stop signal saves and stops at a step boundary
             lr = get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay
@@ -433,7 +433,6 @@ def train(args):
             losses = torch.zeros(4, device=run.device)  # loss, mlm, tc, tp: means over the micro-batches
             for i, ids in enumerate(micro_batches):
                 batch = masked_batch(ids, tok, args, masking).to(run.device)
-                run.early_estimate(i, len(micro_batches))
                 # DDP: all-reduce the gradients only in the last micro-step's backward (set before the forward)
                 model.require_backward_grad_sync = i == len(micro_batches) - 1
                 with run.autocast:  # bf16 / fp16 forward passes (--dtype); fp32: no autocast

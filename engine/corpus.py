@@ -1,17 +1,29 @@
-"""Where a run's text comes from: hub datasets (Wikipedia, BookCorpus, WikiText-103), local text files
-and folders, the built-in toy corpus; tokenised once into one flat token array that token_cache.py
-builds and verifies (docs/data.md). tools/prepare.py runs it ahead of a run (the paper's corpora take
-hours to tokenise)."""
+"""Where a run's text comes from, and its token cache (docs/data.md).
+
+--data names sources, comma-separated: the built-in toy corpus, hub datasets (the paper's Wikipedia and BookCorpus,
+WikiText-103), and local files and folders of them: text (.txt: documents separated by blank lines, or one per line
+in a file without blank lines), JSON Lines / JSON and Parquet files with a `text` column (as the hub exports them),
+and folders saved by `datasets`' save_to_disk. Every document is tokenised once, by `datasets.map(num_proc=...)`,
+into one flat array of ids (each document ended by [SEP]; uint16 for vocabularies up to 65,535), kept in the cache as
+TOKENS/<key>.npy and memory-mapped. The key hashes what the array depends on: the sources (a local file by path, size
+and times, a hub dataset by name) and the vocabulary. tools/prepare.py builds it ahead of a run.
+"""
+import functools
 import hashlib
 import json
 import os
-import re
+import shutil
+import signal
+import socket
 import sys
+import time
 from pathlib import Path
+from urllib.parse import urlparse
 
-from engine import cli, token_cache
+import numpy as np
+
 from engine.cli import DataError, default_cache_dir
-from engine.toy import SPECIAL_TOKENS, toy_corpus
+from engine.toy import toy_corpus
 
 # name -> (hub dataset id, config, split, text column, rows joined into one document). All are data-only
 # repos (Parquet or Arrow) that load with datasets >= 3, unlike the old script-based "bookcorpus" and
@@ -23,161 +35,211 @@ SOURCES = {
     "wikitext103": ("Salesforce/wikitext", "wikitext-103-raw-v1", "train", "text", 1),
     "toy": None,  # built offline by toy.toy_corpus()
 }
+READERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # file type -> datasets' reader
+FORMAT = 3  # bump when the array's layout or the key changes
 
 
-def read_documents(path):
-    """Documents of a local text file: blank-line-separated paragraph groups, or one per line if the
-    file has no blank line. Bytes that are not UTF-8 become U+FFFD (which the tokenizer drops) with one
-    warning per file; NUL bytes mean binary and are refused."""
-    raw = Path(cli.regular_file(path, "data file")).read_bytes()
-    if b"\x00" in raw[:8192]:
-        raise DataError(f"{path} looks binary (NUL bytes): pass UTF-8 text files")
-    text = raw.decode("utf-8", errors="replace")
-    bad = text.count("\ufffd") - raw.count("\ufffd".encode())  # minus genuine U+FFFD
-    if bad:
-        print(f"warning: {path} is not UTF-8; {bad} bad byte sequence(s) dropped", file=sys.stderr)
-    groups = re.split(r"\n[ \t\r]*\n", text)
-    docs = [d.strip() for d in (groups if len(groups) > 1 else text.splitlines()) if d.strip()]
-    if not docs:
-        raise DataError(f"{path} is empty: pass a file with text in it")
-    return docs
-
-
-def looks_like_vocabulary(path, head=1 << 16):
-    """Does a text file (its first 64 KB) read as a WordPiece vocabulary rather than text: one token per
-    line (no spaces), with BERT's special tokens ([PAD], [CLS], ...) or many "##" pieces?"""
-    with open(path, "rb") as f:
-        lines = f.read(head).decode("utf-8", errors="replace").splitlines()
-    words = [w.strip() for w in lines[:-1] or lines if w.strip()]  # the last line may be cut short
-    return (len(words) >= 5 and sum(len(w.split()) > 1 for w in words) <= len(words) // 100
-            and (sum(w in SPECIAL_TOKENS for w in words) >= 2
-                 or sum(w.startswith("##") and len(w) > 2 for w in words) >= len(words) // 20))
-
-
-def _resolve(data_spec, cache_dir):
-    """'toy,wikipedia,notes.txt,dir/' -> (parts: ("file", Path) or ("hub", name), a label per part of
-    the spec for the summary line, warnings). A folder gives its own *.txt files, sorted, less those
-    that look like a vocabulary (a vocab.txt beside the text); a file named in --data is always read."""
-    parts, labels, warnings = [], [], []
-    vocabulary = "like a vocabulary (one token a line, [PAD]/[CLS] or ## pieces), not text"
+def resolve(data_spec, cache_dir=None):
+    """'toy,wikipedia,notes.txt,dir/' -> the parts to read, in order: ("hub", name), ("file", path) or ("saved",
+    folder). A folder gives its files of the kinds READERS names, sorted, or is one save_to_disk wrote."""
+    parts = []
     for name in (s.strip() for s in str(data_spec).split(",") if s.strip()):
         path = Path(name).expanduser()
         if name in SOURCES:
             parts.append(("file", toy_corpus(cache_dir) / "train.txt") if name == "toy" else ("hub", name))
-            labels.append(name)
+        elif (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
+            parts.append(("saved", path))
         elif path.is_dir():
-            entries = sorted(p for p in path.iterdir() if not p.name.startswith("."))
-            texts = [p for p in entries if p.suffix.lower() == ".txt" and not p.is_dir()]
-            others = [p.name + "/" * p.is_dir() for p in entries if p not in texts]
-            held = ", ".join(others[:3]) + ", ..." * (len(others) > 3)
-            if not texts:
-                raise DataError(f"folder {path} has no *.txt files{f' (it holds {held})' * bool(others)}: --data "
-                                f"reads a folder's *.txt files; rename them, or name the files in --data")
-            vocabs = [p for p in texts if looks_like_vocabulary(cli.regular_file(p, "data file"))]
-            if vocabs:
-                look = "it looks" if len(vocabs) == 1 else "they look"
-                warnings.append(f"{path}: skipped {', '.join(p.name for p in vocabs)}: {look} {vocabulary}; "
-                                f"name it in --data to read it anyway")
-            if not (texts := [p for p in texts if p not in vocabs]):
-                raise DataError(f"folder {path} holds only a vocabulary ({', '.join(p.name for p in vocabs)}), "
-                                f"no text: put the training text in it as *.txt files")
-            parts += [("file", p) for p in texts]
-            labels.append(f"{path}/ ({len(texts)} *.txt file{'s' * (len(texts) > 1)}{f'; not read: {held}' * bool(others)})")
-        elif os.path.lexists(path):  # a file, or a FIFO / symlink loop: say which
-            parts.append(("file", Path(cli.regular_file(path, "data file"))))
-            labels.append(str(path))
-            if looks_like_vocabulary(path):
-                warnings.append(f"{path} looks {vocabulary}; it is read as training text because --data names it")
+            files = sorted(p for p in path.iterdir() if p.suffix.lower() in READERS and not p.name.startswith("."))
+            if not files:
+                raise DataError(f"folder {path} has no .txt, .jsonl, .json or .parquet files: --data reads those, "
+                                f"or a folder saved by datasets' save_to_disk")
+            parts += [("file", p) for p in files]
+        elif path.is_file() and path.suffix.lower() in READERS:
+            parts.append(("file", path))
+        elif path.exists():
+            raise DataError(f"--data {path}: taco reads text (.txt), JSON Lines or JSON (.jsonl, .json) and Parquet "
+                            f"(.parquet) files with a 'text' column, and save_to_disk folders: convert it to one")
         else:
             raise DataError(f"unknown data source {name!r}: use {', '.join(SOURCES)}, a file or a folder")
     if not parts:
         raise DataError("no data source given: pass toy, a hub source name, a file or a folder")
-    return parts, labels, warnings
+    return parts
 
 
-def load_documents(data_spec, cache_dir=None, parts=None):
-    """A datasets.Dataset with one "text" column, one document per row, of data_spec: a comma-separated
-    list of SOURCES names, text files and folders (or of `parts`, data_spec as _resolve gave it)."""
+def hub_reachable():
+    """Can the Hugging Face hub be reached? If not (no network, a firewalled node), it is asked nothing more: its
+    client would retry every request for ~25 s. The local caches serve what they hold, as with HF_HUB_OFFLINE=1."""
     import datasets
-    sets = []
-    for kind, what in parts or _resolve(data_spec, cache_dir)[0]:
+    import huggingface_hub.constants as hub
+    if hub.HF_HUB_OFFLINE:
+        return False
+    try:
+        socket.create_connection((urlparse(hub.ENDPOINT).hostname, 443), timeout=5).close()
+        return True
+    except OSError:
+        hub.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+        return False
+
+
+def load_documents(parts, work):
+    """A datasets.Dataset with one "text" column, one document per row, of resolve()'s parts, in order. datasets'
+    Arrow copies of local files go to the folder `work`, made afresh for each build (its cache would know a
+    file rewritten in place by its modification time alone)."""
+    import datasets
+    sets, run = [], []  # run: consecutive local files read alike, loaded in one call
+
+    def flush():
+        if run:
+            reader, by = run[0][1:]
+            files = [str(p) for p, _, _ in run]
+            ds = datasets.load_dataset(reader, data_files=files, split="train", cache_dir=str(work),
+                                       **({"sample_by": by, "encoding_errors": "replace"} if reader == "text" else {}))
+            sets.append(text_column(ds, files[0]))
+            run.clear()
+
+    for kind, what in parts:
         if kind == "file":
-            sets.append(datasets.Dataset.from_dict({"text": read_documents(what)}))
+            reader = READERS[what.suffix.lower()]
+            by = reader == "text" and ("paragraph" if b"\n\n" in what.open("rb").read(1 << 20).replace(b"\r", b"")
+                                       else "line")
+            if run and run[0][1:] != (reader, by):
+                flush()
+            run.append((what, reader, by))
+            continue
+        flush()
+        if kind == "saved":
+            ds = datasets.load_from_disk(str(what))
+            sets.append(text_column(ds["train"] if isinstance(ds, datasets.DatasetDict) else ds, what))
             continue
         repo, config, split, column, rows_per_doc = SOURCES[what]
+        hub_reachable()
         try:
             ds = datasets.load_dataset(repo, config, split=split).select_columns([column])
         except Exception as e:  # offline, hub unreachable, dataset moved, ...
-            raise DataError(f"could not load {what} ({repo}) from the Hugging Face hub: {cli.reason(e)}; pass "
-                            f"local text files or folders of them as --data, or --data toy for the "
-                            f"offline toy corpus") from None
-        if column != "text":
-            ds = ds.rename_column(column, "text")
+            raise DataError(f"could not load {what} ({repo}) from the Hugging Face hub ({type(e).__name__}): pass "
+                            f"local files or folders of them as --data, or --data toy for the offline toy corpus") from None
+        ds = ds.rename_column(column, "text") if column != "text" else ds
         if rows_per_doc > 1:
             ds = ds.map(lambda b: {"text": [" ".join(b["text"])]}, batched=True, batch_size=rows_per_doc)
         sets.append(ds)
+    flush()
     return sets[0] if len(sets) == 1 else datasets.concatenate_datasets(sets)
 
 
-def unavailable(data_spec, cache_dir=None):
-    """Why data_spec cannot be loaded now (a name that is no source, hub sources offline and not cached),
-    found without loading it, or None: asked when the vocabulary is missing too, so that one message
-    names everything missing."""
-    try:
-        parts = _resolve(data_spec, cache_dir)[0]
-    except DataError as err:
-        return str(err)
-    import datasets
-    missing = []
-    for name in (what for kind, what in parts if kind == "hub"):
-        try:
-            datasets.load_dataset_builder(*SOURCES[name][:2])  # the hub's metadata or the local cache
-        except Exception as e:
-            missing.append(f"{name}: {cli.reason(e)}")
-    return (f"nor can --data {data_spec} be loaded ({'; '.join(missing)}): pass local text files or folders "
-            f"of them as --data" if missing else None)
+def text_column(ds, where):
+    if "text" not in ds.column_names:
+        raise DataError(f"{where} has no 'text' column (it has {', '.join(ds.column_names)}): rename the column "
+                        f"that holds the text to 'text'")
+    return ds.select_columns(["text"])
 
 
-def token_cache_path(data_spec, tokenizer, cache_dir=None, parts=None):
-    """Where tokenize_corpus caches data_spec's tokens (or `parts`'): a key hashed from the sources (a
-    local file by path, size and mtime), the vocabulary and the array format."""
-    sources = [[str(what.resolve()), (st := what.stat()).st_size, st.st_mtime_ns] if kind == "file"
-               else list(SOURCES[what]) for kind, what in parts or _resolve(data_spec, cache_dir)[0]]
+# ----------------------------------------------------------------------------- the token cache
+
+def cache_path(parts, tokenizer, cache_dir=None):
+    """Where the token array of `parts` is cached: a key hashed from the sources (a local file by path, size and
+    times: any write changes its ctime, which cannot be set back; a saved folder by its files'), the vocabulary and
+    the array's format."""
+    def identity(kind, what):
+        if kind == "hub":
+            return list(SOURCES[what])
+        files = sorted(what.rglob("*")) if kind == "saved" else [what]
+        return [[str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns, st.st_ctime_ns] for p in files if p.is_file()]
     vocab = hashlib.sha256(Path(tokenizer.vocab_file).read_bytes()).hexdigest()
-    recipe = {"format": token_cache.FORMAT, "sources": sources, "vocab": vocab, "lower": tokenizer.do_lower_case}
+    recipe = {"format": FORMAT, "sources": [identity(*part) for part in parts], "vocab": vocab,
+              "lower": tokenizer.do_lower_case}
     key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()
     return Path(cache_dir or default_cache_dir()) / "tokens" / f"{key[:20]}.npy"
 
 
+def cached(path, tokenizer):
+    """The token array at `path` as a read-only memmap if it is whole (its length and type as its manifest, written
+    after it, says) and fits the vocabulary; else None."""
+    try:
+        meta = json.loads(path.with_suffix(".json").read_text())
+        tokens = np.load(path, mmap_mode="r")
+        if tokens.shape == (meta["length"],) and tokens.dtype == meta["dtype"] and meta["max_id"] < tokenizer.vocab_size:
+            return tokens
+    except (OSError, ValueError, KeyError, TypeError):  # absent, cut short, or not ours
+        pass
+    return None
+
+
 def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
-    """Every document tokenised once into one flat array, each ended by [SEP], as a read-only memmap of
-    the token cache (built, or verified and reused; a damaged one is rebuilt with a warning). Warnings
-    and what was read go to `say` (default: stderr), and so does a line naming a reused cache if `say`
-    is given (a run's log). Under DDP rank 0 builds it; the others wait for cached_tokens."""
-    quiet_reuse, say = say is None, say or (lambda line: print(line, file=sys.stderr))
-    parts, labels, warnings = _resolve(data_spec, cache_dir)
-    for warning in warnings:
-        say(f"warning: {warning}")
-    path, what = token_cache_path(data_spec, tokenizer, cache_dir, parts), ", ".join(labels)
-    tokens = token_cache.verified(path, tokenizer, say)
-    if tokens is None:
-        fingerprints = [token_cache.file_fingerprint(part) if kind == "file" else {"hub": part}
-                        for kind, part in parts]  # taken before the text is read
-        tokens = token_cache.build(path, load_documents(data_spec, cache_dir, parts), fingerprints, tokenizer,
-                                   num_proc, lambda line: say(f"data: {what}: {line}"))
-    elif not quiet_reuse:
-        say(f"data: {what}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
-    return tokens
+    """data_spec's documents as one flat array of ids, a read-only memmap of the token cache: reused when it is
+    there and whole, else built (a damaged one is rebuilt, with a warning). `say` gets what was read."""
+    say = say or (lambda line: print(line, file=sys.stderr))
+    parts = resolve(data_spec, cache_dir)
+    path = cache_path(parts, tokenizer, cache_dir)
+    if (tokens := cached(path, tokenizer)) is not None:
+        say(f"data: {data_spec}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
+        return tokens
+    if path.exists():
+        say(f"warning: token cache {path} cannot be used (cut short or damaged); rebuilding it")
+    return build(path, parts, tokenizer, num_proc, lambda line: say(f"data: {data_spec}: {line}"))
 
 
-def cached_tokens(data_spec, tokenizer, cache_dir=None):
-    """data_spec's cached token array if it verifies, else None, silently: what DDP's other ranks wait
-    for while rank 0 builds it."""
-    return token_cache.verified(token_cache_path(data_spec, tokenizer, cache_dir), tokenizer)
+def build(path, parts, tokenizer, num_proc, say):
+    """Tokenise the documents of `parts` into the array at `path`, then its manifest (the commit). What is made on
+    the way lives in PATH.work/ until the array is written; a killed builder's is removed by the next."""
+    import datasets
+    work, tmp = path.with_suffix(".work"), path.with_name(f"{path.name}.tmp{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 65535 else np.int32)  # small ids: 4x less disk
+    t0 = time.perf_counter()
+    try:
+        docs = load_documents(parts, work)
+        mb = docs.data.nbytes / 1e6  # the UTF-8 text (and 4 bytes of offset per document)
+        if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
+            num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
+        num_proc = min(num_proc, len(docs)) or None
+        ids = docs.map(functools.partial(encode_batch, tokenizer=tokenizer, parent=os.getpid()), batched=True,
+                       num_proc=num_proc, remove_columns=docs.column_names, desc="tokenizing",
+                       features=datasets.Features({"ids": datasets.Sequence(datasets.Value(dtype.name))}),
+                       cache_file_name=str(work / "ids.arrow"), new_fingerprint=path.stem, load_from_cache_file=False)
+        chunks = ids.data.column("ids").chunks
+        total = sum(len(chunk.flatten()) for chunk in chunks)
+        with open(tmp, "wb") as f:  # chunk by chunk, by plain writes: never all in memory
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                     "fortran_order": False, "shape": (total,)})
+            top = 0
+            for chunk in chunks:
+                values = chunk.flatten().to_numpy()
+                f.write(values.tobytes())
+                top = max(top, int(values.max(initial=0)))
+        os.replace(tmp, path)
+        path.with_suffix(".json").write_text(json.dumps({"length": total, "dtype": dtype.name, "max_id": top}))
+    finally:
+        tmp.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    secs = time.perf_counter() - t0
+    say(f"{len(docs):,} documents, {mb:,.1f} MB of text, tokenized into {total:,} tokens in {secs:,.1f} s with "
+        f"{num_proc or 1} process{'es' * bool((num_proc or 1) > 1)}; cached in {path}")
+    return np.load(path, mmap_mode="r")
 
 
-def tokens_sha256(data_spec, tokenizer, cache_dir=None):
-    """The checksum of data_spec's token array, from the manifest tokenize_corpus verified (runs.Run
-    records it, so that --resume can refuse other data)."""
-    manifest = token_cache_path(data_spec, tokenizer, cache_dir).with_suffix(".json")
-    return json.loads(manifest.read_text())["sha256"]
+def encode_batch(batch, tokenizer, parent):
+    """datasets.map's function: each document's ids, ended by [SEP]. Text that spells "[CLS]" or "[SEP]" (an
+    article about BERT) injects no control token; an empty document adds nothing rather than a lone [SEP]."""
+    if os.getpid() != parent:
+        tokenizing_process(parent)
+    sep, control = tokenizer.sep_id, set(tokenizer.special_ids) - {tokenizer.unk_id}
+    out = []
+    for text in batch["text"]:
+        x = tokenizer.encode(text)
+        x = [t for t in x if t not in control] if "[" in text else x
+        out.append(x + [sep] if x else x)
+    return {"ids": out}
+
+
+@functools.cache
+def tokenizing_process(parent):
+    """Once in each tokenising process: it ends with its parent, even one killed by kill -9 (Linux's
+    PR_SET_PDEATHSIG), and leaves Ctrl-C, which reaches the whole process group, to the parent, which ends it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before that took effect
+        os._exit(1)

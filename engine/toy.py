@@ -13,7 +13,6 @@ import re
 import tempfile
 from pathlib import Path
 
-from engine import cli
 from engine.cli import default_cache_dir
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # BERT's, first in every vocab.txt
@@ -219,9 +218,7 @@ def _generate_once(cache_dir, name, write, seed):
         with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent) as tmp:
             write(Path(tmp), random.Random(seed))
             os.rename(tmp, final)
-    except OSError as err:  # the temp folder is gone by now
-        if cli.disk_full(err):
-            raise cli.DiskFull(final.parent, None, name) from None
+    except OSError:  # the temp folder is gone by now
         if not final.is_dir():  # a concurrent process that won the race is fine
             raise
     return final
