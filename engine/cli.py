@@ -152,11 +152,17 @@ def fail(message, code=USAGE):
     sys.exit(code)
 
 
-def disk_full(err):
-    """The OSError of a full disk or quota in err's chain (a library may wrap it: torch.save), or None."""
-    while err is not None and not (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)):
+def cause(err, test):
+    """The first exception in err's chain that passes `test`, or None: a library may raise its own error while
+    handling the one that matters (torch.save a full disk, datasets' process pool a Ctrl-C)."""
+    while err is not None and not test(err):
         err = err.__cause__ or err.__context__
     return err
+
+
+def disk_full(err):
+    """The OSError of a full disk or quota in err's chain, or None."""
+    return cause(err, lambda e: isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
 
 
 @contextlib.contextmanager
@@ -177,6 +183,9 @@ def errors():
     except FloatingPointError as err:
         fail(err, NONFINITE)
     except Exception as err:
+        if cause(err, lambda e: isinstance(e, KeyboardInterrupt)):
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         if full := disk_full(err):
             where = os.path.dirname(os.path.abspath(full.filename)) if full.filename else "the output or cache folder"
             fail(f"no space left in {where}; free some space there")

@@ -8,6 +8,8 @@ into one flat array of ids (each document ended by [SEP]; uint16 for vocabularie
 TOKENS/<key>.npy and memory-mapped. The key hashes what the array depends on: the sources (a local file by path, size
 and times, a hub dataset by name) and the vocabulary. tools/prepare.py builds it ahead of a run.
 """
+import contextlib
+import ctypes
 import functools
 import hashlib
 import json
@@ -16,6 +18,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -160,7 +163,7 @@ def cached(path, tokenizer):
         tokens = np.load(path, mmap_mode="r")
         if tokens.shape == (meta["length"],) and tokens.dtype == meta["dtype"] and meta["max_id"] < tokenizer.vocab_size:
             return tokens
-    except (OSError, ValueError, KeyError, TypeError):  # absent, cut short, or not ours
+    except (OSError, ValueError, KeyError, TypeError, EOFError):  # absent, cut short, or not ours
         pass
     return None
 
@@ -194,10 +197,12 @@ def build(path, parts, tokenizer, num_proc, say):
         if num_proc is None:  # a process per 100 MB of text (each costs a start-up), at most one per core
             num_proc = max(1, min(os.cpu_count() or 1, round(mb / 100)))
         num_proc = min(num_proc, len(docs)) or None
-        ids = docs.map(functools.partial(encode_batch, tokenizer=tokenizer, parent=os.getpid()), batched=True,
-                       num_proc=num_proc, remove_columns=docs.column_names, desc="tokenizing",
-                       features=datasets.Features({"ids": datasets.Sequence(datasets.Value(dtype.name))}),
-                       cache_file_name=str(work / "ids.arrow"), new_fingerprint=path.stem, load_from_cache_file=False)
+        with tokenising():
+            ids = docs.map(functools.partial(encode_batch, tokenizer=tokenizer), batched=True,
+                           num_proc=num_proc, remove_columns=docs.column_names, desc="tokenizing",
+                           features=datasets.Features({"ids": datasets.Sequence(datasets.Value(dtype.name))}),
+                           cache_file_name=str(work / "ids.arrow"), new_fingerprint=path.stem,
+                           load_from_cache_file=False)
         chunks = ids.data.column("ids").chunks
         total = sum(len(chunk.flatten()) for chunk in chunks)
         with open(tmp, "wb") as f:  # chunk by chunk, by plain writes: never all in memory
@@ -219,11 +224,9 @@ def build(path, parts, tokenizer, num_proc, say):
     return np.load(path, mmap_mode="r")
 
 
-def encode_batch(batch, tokenizer, parent):
+def encode_batch(batch, tokenizer):
     """datasets.map's function: each document's ids, ended by [SEP]. Text that spells "[CLS]" or "[SEP]" (an
     article about BERT) injects no control token; an empty document adds nothing rather than a lone [SEP]."""
-    if os.getpid() != parent:
-        tokenizing_process(parent)
     sep, control = tokenizer.sep_id, set(tokenizer.special_ids) - {tokenizer.unk_id}
     out = []
     for text in batch["text"]:
@@ -233,13 +236,30 @@ def encode_batch(batch, tokenizer, parent):
     return {"ids": out}
 
 
-@functools.cache
-def tokenizing_process(parent):
-    """Once in each tokenising process: it ends with its parent, even one killed by kill -9 (Linux's
-    PR_SET_PDEATHSIG), and leaves Ctrl-C, which reaches the whole process group, to the parent, which ends it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        import ctypes
+@contextlib.contextmanager
+def tokenising():
+    """While datasets' processes tokenise: each one (and the pool's manager) ends with this process, even one
+    killed by kill -9; and Ctrl-C, which reaches the whole process group, is this process's alone (it ends the
+    pool): in the others, forked with this handler, it does nothing from their first instant."""
+    parent, handler = os.getpid(), signal.getsignal(signal.SIGINT)
+    FORKS_DIE_WITH_PARENT.append(parent)
+    ours = handler is signal.default_int_handler and threading.current_thread() is threading.main_thread()
+    if ours:
+        signal.signal(signal.SIGINT, lambda signum, frame: os.getpid() == parent and handler(signum, frame))
+    try:
+        yield
+    finally:
+        FORKS_DIE_WITH_PARENT.remove(parent)
+        if ours:
+            signal.signal(signal.SIGINT, handler)
+
+
+FORKS_DIE_WITH_PARENT = []  # the processes tokenising now, whose forks end with them
+
+
+def die_with_parent():
+    if os.getppid() in FORKS_DIE_WITH_PARENT and sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before that took effect
-        os._exit(1)
+
+
+os.register_at_fork(after_in_child=die_with_parent)
