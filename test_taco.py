@@ -388,9 +388,9 @@ def test_fused_adamw_equals_plain_adamw():
 def test_at_most_two_host_syncs_per_optimizer_step(tmp_path, device_batch_size):
     """A default TACO step (batch 8 in 1 or 4 micro-batches) makes no operation that would make a GPU
     wait for the host in the method (masking, model, losses, backward, optimizer: 10 per micro-batch
-    before issue 30), counted on the CPU by fast.HostSyncs; the loop's own checks (runs.py: the
+    before issue 30), counted on the CPU by tests/host_syncs.py's HostSyncs; the loop's own checks (runs.py: the
     finite() agreement, the log) at most 2 per step. Logging and evaluation are kept out of the steps."""
-    from engine.fast import HostSyncs
+    from tests.host_syncs import HostSyncs
     steps = 3
     with HostSyncs() as syncs:
         taco.main(["--steps", str(steps), "--batch_size", "8", "--device_batch_size", str(device_batch_size),
@@ -405,7 +405,7 @@ def test_at_most_two_host_syncs_per_optimizer_step(tmp_path, device_batch_size):
 
 def test_host_syncs_are_counted(tmp_path):
     """HostSyncs sees what it is meant to: nonzero, item, boolean-mask indexing and its backward."""
-    from engine.fast import HostSyncs
+    from tests.host_syncs import HostSyncs
     x = torch.randn(6, requires_grad=True)
     with HostSyncs(host_side=()) as syncs:
         x[x > 0].sum().backward()

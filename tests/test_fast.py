@@ -1,7 +1,7 @@
-"""Tests for fast.py: each speed equivalent equals the plain form it replaces."""
+"""Tests for fast.py: each speed equivalent equals the plain form it replaces; and the host-sync counter of
+the tests (tests/host_syncs.py)."""
 import os
 import sys
-import time
 
 import pytest
 import torch
@@ -11,6 +11,7 @@ from engine import fast
 from engine.fast import SampledCosines, dropout, similarity_route
 from model import BertConfig, BertForPreTraining
 from taco import tc_loss
+from tests import host_syncs
 
 
 
@@ -160,36 +161,29 @@ def test_speed_up_swaps_in_the_equivalents_and_keeps_the_weights():
     torch.testing.assert_close(model(ids)[0], plain(ids)[0])
 
 
-def test_the_gpu_route_is_measured_at_first_use(monkeypatch):
-    """On a GPU SampledCosines takes the route measured faster for its shapes (fast.measured_route,
-    timed once, then looked up), not the CPU's PRODUCT_SPEEDUP rule; both routes give the same dots."""
-    from engine import fast
+def test_every_device_takes_the_route_of_the_fixed_rule(monkeypatch):
+    """SampledCosines takes similarity_route's route on any device (no timing on a GPU); both routes
+    give the same dots."""
     g, keys = torch.randn(40, 8), F.normalize(torch.randn(30, 8), dim=-1)
     cols = torch.randint(30, (40, 5))
     assert torch.allclose(fast.sampled_dots("product", g, keys, cols), fast.sampled_dots("sampled", g, keys, cols),
                           atol=1e-5)
-    real, calls = fast.sampled_dots, []
-
-    def slow_product(route, *args):
-        calls.append(route)
-        if route == "product":
-            time.sleep(0.2)
-        return real(route, *args)
-    monkeypatch.setattr(fast, "sampled_dots", slow_product)
-    monkeypatch.setattr(fast, "ROUTES", {})
-    assert fast.measured_route(g, keys, cols) == "sampled" and fast.measured_route(g, keys, cols) == "sampled"
-    assert calls.count("product") == 4  # timed once (a warm-up and 3 runs), then looked up
-    assert fast.similarity_route(40, 30, 5, 8)[0] == "product"  # what the CPU rule says for the same shapes
+    real, taken = fast.sampled_dots, []
+    monkeypatch.setattr(fast, "sampled_dots", lambda route, *args: taken.append(route) or real(route, *args))
+    for m, route in ((30, "product"), (300, "sampled")):  # PRODUCT_SPEEDUP * 5 = 80 keys: the edge
+        keys = F.normalize(torch.randn(m, 8), dim=-1)
+        fast.SampledCosines.apply(g, keys, torch.randint(m, (40, 5)))
+        assert taken[-1] == route == similarity_route(40, m, 5, 8)[0]
 
 
 def test_host_syncs_name_the_repository_not_an_environment_inside_it(monkeypatch):
     """With the environment inside the repository's folder (a .venv/, or a sibling folder whose name
-    starts like the repository's), a sync is still put on the repository's line, never on torch's."""
-    monkeypatch.setattr(fast, "ROOT", os.path.join(os.path.commonpath([sys.prefix, os.path.abspath(__file__)]), ""))
+    starts like it), a sync is still put on the repository's line, never on torch's."""
+    monkeypatch.setattr(host_syncs, "ROOT", os.path.join(os.path.commonpath([sys.prefix, os.path.abspath(__file__)]), ""))
     x = torch.randn(6, requires_grad=True)
-    with fast.HostSyncs(host_side=()) as syncs:
+    with host_syncs.HostSyncs(host_side=()) as syncs:
         x[x > 0].sum().backward()
         (x > 0).nonzero()
     labels = sorted(syncs.counts)
     assert [label.split(" (")[1] for label in labels] == ["index)", "index_put, backward)", "nonzero)"], labels
-    assert all(label.startswith(os.path.relpath(__file__, fast.ROOT)) for label in labels), labels
+    assert all(label.startswith(os.path.relpath(__file__, host_syncs.ROOT)) for label in labels), labels

@@ -184,17 +184,6 @@ def test_every_picture_into_a_folder_alike_at_150_dpi(run, tmp_path, capsys, pic
     assert rc == 2 and len(err) == 1 and "is a folder; pass a file" in err[0], err
 
 
-def test_metrics_records_without_a_field_are_left_out_with_a_warning(run, tmp_path, capsys):
-    """Hand-edited records: no step, a step that is text, a loss that is text or missing: drawn without them."""
-    edited = tmp_path / "edited"
-    shutil.copytree(run, edited)
-    with open(edited / "metrics.jsonl", "a") as f:
-        f.write('{"loss": 1.0}\n{"step": "x", "loss": 1.0}\n{"step": 9, "loss": "high"}\n{"step": 10}\n')
-    pictures.main(["curves", str(edited), "--out", str(tmp_path / "c.png")])
-    err = capsys.readouterr().err
-    assert (tmp_path / "c.png").exists() and err.count("\n") == 1 and 'without a numeric "step"' in err, err
-
-
 def test_pca_of_a_vocabulary_without_topic_words_is_one_line(run, tmp_path, capsys):
     """A run whose vocab.txt has none of the toy topics' words (same size, other tokens): one line, exit 2."""
     other = tmp_path / "other"

@@ -11,30 +11,29 @@ Auto* classes, sentence_transformers.SentenceTransformer("hf/taco"), `finetune.p
 official code does. A run that never had a pooler (pre-training trains none) gets a freshly initialised one,
 as transformers would make, so that no weight is reported missing; an --init's pooler is exported as it was.
 The key mapping is model.py's (`to_hf_state_dict`): this file only chooses and writes. OUT is written whole
-(engine/folders.py): a new or empty folder, or, with --force, an earlier export, never a folder that
-export.py did not write (a downloaded model), a run, the source or the repository.
+(engine/folders.py): a new or empty folder, or, with --force, a non-empty one, never a run, the source or the
+repository.
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import cli
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import torch
 
-from engine import checkpoints, folders
+from engine import checkpoints, cli, folders
 from model import BertForPreTraining, to_hf_state_dict
 from engine.hf import write_safetensors
 
 
 def export(spec, out, pooling=None, encoder_only=False, force=False):
-    """Write the HF folder `out` from a run, checkpoint or HF folder `spec` -> a summary line. An
-    earlier export there is replaced with `force` (folders.replacing: never the source, a run, ...)."""
+    """Write the HF folder `out` from a run, checkpoint or HF folder `spec` -> a summary line. A
+    non-empty `out` is replaced with `force` (folders.replacing: never the source, a run, ...)."""
     folders.check(out, "export.py", force, {"SOURCE": spec})  # before any work
     source, run = checkpoints.trained_with(spec)
     init = checkpoints.load_init(spec, "SOURCE")  # the weights, RetroMAE's decoder included
     vocab = checkpoints.vocab_beside(source)
-    cli.regular_file(vocab, "vocabulary")
+    if not os.path.isfile(vocab):
+        raise cli.UsageError(f"{source} has no vocab.txt beside it: put there the one the model was trained with")
     cfg, fresh_pooler = init.config, not init.config.pooler
     cfg.pooler = True
     torch.manual_seed(0)  # a fresh pooler is the same in every export
@@ -48,8 +47,7 @@ def export(spec, out, pooling=None, encoder_only=False, force=False):
     objective = (run or {}).get("objective")
     pooling = pooling or ("cls" if objective == "retromae" else "mean")
     hf_state = to_hf_state_dict(model)
-    size = sum(t.numel() * t.element_size() for t in hf_state.values())  # what a full disk lacks
-    with folders.replacing(out, "export.py", force, {"SOURCE": spec}, size) as tmp:
+    with folders.replacing(out, "export.py", force, {"SOURCE": spec}) as tmp:
         model.save_pretrained(tmp, vocab_file=vocab, do_lower_case=lowercase(source, run))
         if encoder_only:  # a BertModel: its keys carry no "bert." prefix, and no MLM head
             sd = {k.removeprefix("bert."): v for k, v in hf_state.items() if k.startswith("bert.")}
@@ -93,13 +91,13 @@ def main(argv=None):
     p = cli.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=cli.HelpFormatter)
     p.add_argument("source", help="a taco run folder (its newest valid checkpoint), a checkpoint file, or a "
                    "Hugging Face folder")
-    p.add_argument("out", help="the folder to write: a new or empty one, or an earlier export (with --force)")
+    p.add_argument("out", help="the folder to write: a new or empty one, or with --force a non-empty one")
     p.add_argument("--pooling", choices=["mean", "cls"], help="sentence-transformers' pooling "
                    "(default: cls for a retromae run, whose objective trains [CLS]; else mean)")
     p.add_argument("--encoder_only", action="store_true", help="write a BertModel (encoder + pooler) without the "
                    "MLM head: AutoModel and SentenceTransformer load it without a report")
-    p.add_argument("--force", action="store_true", help="replace an earlier export in OUT (never a folder that "
-                   "export.py did not write, a run, the source or the repository)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty OUT (never a run, the source or the "
+                   "repository)")
     with cli.errors():
         args = p.parse_args(argv)
         cli.output_path(args.out, "OUT", folder=True)

@@ -10,17 +10,15 @@ come from, and not with the next block. TC's negatives come from the other seque
 topic do not merge. What each picture draws: docs/pictures.md. Drawing needs matplotlib (`pip install
 matplotlib`); the rest of taco does not. Mistakes end in one `error:` line, exit 2 (cli.errors).
 """
-import sys
 import os
+import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import cli
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine import checkpoints
+from engine import checkpoints, cli
 from engine.cli import UsageError
 from engine.toy import TOPICS
 from taco import context_groups
@@ -70,8 +68,7 @@ def short_name(spec):
 def objective_of(run):
     """The --objective a run directory was trained with (its config.json; "taco" if it does not say)."""
     path = os.path.join(run, "config.json")
-    run_args = checkpoints.read_json(path).get("args") if os.path.isfile(path) else None
-    return run_args.get("objective", "taco") if isinstance(run_args, dict) else "taco"
+    return checkpoints.read_json(path)["args"].get("objective", "taco") if os.path.isfile(path) else "taco"
 
 
 # ----------------------------------------------------------------------------- the pictures
@@ -184,11 +181,7 @@ def curves(run_dirs, out):
         path = os.path.join(spec, "metrics.jsonl")
         if not os.path.isfile(path):
             raise UsageError(f"{spec} has no metrics.jsonl: pass taco.py run directories")
-        records = checkpoints.read_jsonl(path)
-        rows = [r for r in records if number(r.get("step"))]
-        if len(rows) < len(records):
-            print(f"warning: {path}: left out the records without a numeric \"step\"", file=sys.stderr)
-        read.append((short_name(spec), objective_of(spec), rows, plt.cm.tab10(i % 10)))
+        read.append((short_name(spec), objective_of(spec), checkpoints.read_jsonl(path), plt.cm.tab10(i % 10)))
     names = {o for _, o, _, _ in read}
     used = [OBJECTIVES[o] for o in OBJECTIVES if o in names]
     aux = [own for _, own in used if own]
@@ -200,11 +193,11 @@ def curves(run_dirs, out):
     for name, objective, rows, colour in read:
         own = OBJECTIVES.get(objective, (None, None))[1]
         for ax, key in zip(axes.flat, panels):
-            pts = [(r["step"], r[key]) for r in rows if number(r.get(key))]  # records that lack it: not drawn
+            pts = [(r["step"], r[key]) for r in rows if key in r]  # records that lack it: not drawn
             if pts and (key != "tc" or own):  # an MLM run logs tc = 0: no curve
                 label = f"{name} ({objective}" + (f": {own.split(' (')[0]})" if key == "tc" else ")")
                 ax.plot(*zip(*pts), color=colour, marker="o" if key == "ctx_score" else None, ms=3, label=label)
-            tp = [(r["step"], r["tp"]) for r in rows if number(r.get("tp"))]
+            tp = [(r["step"], r["tp"]) for r in rows if "tp" in r]
             if key == "tc" and tp:  # --predict_all: MLM+TP's token-prediction loss
                 ax.plot(*zip(*tp), color=colour, ls="--", label=f"{name} (MLM+TP: token prediction)")
     for ax, title in zip(axes.flat, panels.values()):
@@ -215,10 +208,6 @@ def curves(run_dirs, out):
             ax.legend(fontsize=7)
     fig.tight_layout()
     return save(fig, out, plt)
-
-
-def number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
 
 
 def save(fig, out, plt):

@@ -8,16 +8,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import cli
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 from data import load_tokenizer, make_blocks
-from engine.corpus import SOURCES, tokenize_corpus
+from engine import cli
+from engine.corpus import tokenize_corpus
 
 
 def main(argv=None):
     p = cli.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    p.add_argument("--data", required=True, help="comma-separated sources: toy, "
-                   f"{', '.join(s for s in SOURCES if s != 'toy')}, text files or folders")
+    p.add_argument("--data", required=True, help="comma-separated sources, as taco.py --data takes them (docs/data.md)")
     p.add_argument("--vocab", default="bert-base-uncased",
                    help="toy, a vocab.txt, a folder with one, or a hub model id")
     p.add_argument("--max_len", type=cli.int_range(8, 512), default=128, help="block length to report for --data")
