@@ -1,14 +1,11 @@
 """MLM vs TACO (and the paper's ablations) under one seed, data and budget, measured over training.
 
-Every objective is pre-trained by `taco.py` (a subprocess) with the same flags, --jobs runs at a
-time (default: the idle CPU cores, one thread each); then every saved checkpoint and the shared
-random init (step 0) are measured, --jobs at a time: analyze.py's probes, and the toy pair task
-fine-tuned once per fine-tuning seed with finetune.py's loop, scored on its 1,000 dev pairs and
-on 5,000 held-out pairs (toy.toy_pair_eval: the steadier score). Output: OUT/study.json,
-OUT/table.md (printed) and a PNG; several pre-training seeds go into OUT/seed<S>, compared in
-OUT/table.md (tools/study_tables.py). study.py never replaces a run it did not create (--force
-does); stopped by a signal, it stops its taco.py runs (each saves a checkpoint), and the same
-command resumes them and reuses every finished seed.
+Each objective is pre-trained by taco.py (subprocesses, --jobs at a time) with the same flags; then every
+checkpoint and the shared random init (step 0) are measured, --jobs at a time: analyze.py's probes and the
+toy pair task fine-tuned once per --ft_seeds with finetune.py's loop, scored on its 1,000 dev pairs and on
+5,000 held-out pairs (toy.toy_pair_eval). Output: OUT/study.json, OUT/table.md (printed), OUT/study.png;
+several seeds go into OUT/seed<S>, compared in OUT/table.md. Run again, it reuses what finished with the
+same settings and resumes what did not (Ctrl-C: each taco.py run saves); other runs in the way need --force.
 
     python tools/study.py                                          # MLM vs TACO, tiny, toy corpus, CPU
     python tools/study.py --seed 0,1,2,3,4,5,6,7 --mlm_ft_every 300 --out runs/study8   # eight pre-training seeds
@@ -19,9 +16,11 @@ command resumes them and reuses every finished seed.
     python tools/study.py --retromae --out runs/retromae_study     # MLM vs TACO vs RetroMAE (docs/retromae.md)
 """
 import argparse
+import concurrent.futures
 import contextlib
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import resource
@@ -31,26 +30,23 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
-from engine import cli
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # python tools/study.py: the root's modules
 import numpy as np
 import torch
 
-from tools import analyze
-from tools.study_tables import format_retromae_table, format_seeds_table, format_table, format_tacl_table, plot
 import finetune
-from engine import checkpoints, finetuning, flags, runs
-from engine.cli import UsageError, float_range, int_range
 from data import load_tokenizer
+from engine import checkpoints, cli, finetuning, flags, runs
+from engine.cli import UsageError, float_range, int_range
 from engine.evalsets import read_beir, read_pairs, read_sts
-from model import BertConfig, BertForPreTraining
+from engine.tasks import TASKS, load_split
 from engine.toy import toy_corpus, toy_pair_eval, toy_sentence_eval
+from model import BertConfig, BertForPreTraining
+from tools import analyze
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {  # name -> taco.py flags; all else is shared
-    "mlm": ["--objective", "mlm"],
-    "taco": ["--objective", "taco"],
+    "mlm": ["--objective", "mlm"], "taco": ["--objective", "taco"],
     "taco_masked": ["--objective", "taco", "--tc_positions", "masked"],  # TC on masked positions only
     "mlm_tp": ["--objective", "mlm", "--predict_all"],  # MLM + token prediction at every position
     "mlm_frozen": ["--objective", "mlm", "--freeze_embeddings"],  # Fig. 4
@@ -60,12 +56,11 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
     "retromae": ["--objective", "retromae"],  # whole-word MLM at 30% + RetroMAE's decoder loss
 }
 RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
-# --taco_args may set what every objective shares (--warmup, --negatives, ...), but neither what
-# makes a variant what it is (else the "taco" rows could be an MLM run) nor what study.py sets.
-VARIANT_KEYS = sorted({f[2:] for flags in VARIANTS.values() for f in flags if f.startswith("--")} | {"init"})
-STUDY_KEYS = ("size", "data", "steps", "max_len", "batch_size", "lr", "seed", "device", "cache_dir", "threads",
-              "out", "save_every", "eval_every", "keep_last", "resume", "force")
-MARKER = ".made_by_study"  # in each run folder study.py creates: the runs it may resume or replace
+# --taco_args may set what every objective shares (--warmup, --negatives, ...), but neither what makes a
+# variant what it is (else the "taco" rows could be an MLM run) nor what study.py sets.
+FIXED = sorted({f[2:] for flags in VARIANTS.values() for f in flags if f.startswith("--")} | {"init"}) + [
+    "size", "data", "steps", "max_len", "batch_size", "lr", "seed", "device", "cache_dir", "threads", "out",
+    "save_every", "eval_every", "keep_last", "resume", "force"]
 
 
 # ----------------------------------------------------------------------------- pre-training
@@ -83,192 +78,137 @@ def taco_argv(name, args, seed, out, extra=(), user=None):
 
 
 def check_taco_args(args, names):
-    """Refuse --taco_args that would change what a variant is or what study.py sets: per variant
-    and seed, the settings with the user's flags last (where they would win) against without."""
+    """Refuse --taco_args that change a FIXED setting: per variant and seed, taco.py's settings with the
+    user's flags last (where they win) against without."""
     try:
         user = shlex.split(args.taco_args)
         flags.get_args(user)  # taco.py's parser: reads no file; a mistake is a UsageError
-    except UsageError as err:  # name the flag the mistake is in
-        raise UsageError(f"--taco_args: {err}") from None
-    except ValueError as err:  # shlex's: an unclosed quote
+    except ValueError as err:  # that, or shlex's unclosed quote
         raise UsageError(f"--taco_args {args.taco_args!r}: {err}") from None
     for name, seed in itertools.product(names, args.seed):
         alone = vars(flags.get_args(taco_argv(name, args, seed, "OUT", user=[])))
         mixed = vars(flags.get_args(taco_argv(name, args, seed, "OUT", user=[]) + user))
-        k = next((k for k in (*VARIANT_KEYS, *STUDY_KEYS) if mixed[k] != alone[k]), None)
-        if k in VARIANT_KEYS:
-            raise UsageError(f"--taco_args sets --{k}, which decides what a variant is (here {name!r}); "
-                             f"choose objectives with --variants ({', '.join(VARIANTS)})")
-        if k:
-            raise UsageError(f"--taco_args sets --{k}, which study.py sets itself"
-                             + (f"; pass --{k} to study.py" if k in vars(args) else ""))
-        if mixed["objective"] == "taco" and mixed["tc_weight"] == 0:
-            raise UsageError(f"--taco_args --tc_weight 0 makes {name!r} an MLM run; leave --tc_weight out")
+        if k := next((k for k in FIXED if mixed[k] != alone[k]), None):
+            raise UsageError(f"--taco_args sets --{k}, which --variants or study.py set (here for {name!r})")
+
+
+def step_of(path):
+    return int(os.path.basename(path)[5:-3])  # ckpt_00000200.pt
 
 
 def plan_run(name, args, seed, out_dir, extra=(), init=None):
     """One variant's run in out_dir/name -> (run dir, taco.py flags, or None when it holds this run
-    finished; a continuation's must have started from `init`'s newest checkpoint). study.py resumes
-    or replaces only runs it created (MARKER); another in the way is an error unless --force."""
+    finished). The same run (config.json's settings; a continuation of `init`'s newest checkpoint) is
+    resumed where it stopped; a run with other settings is replaced only with --force."""
     out = os.path.join(out_dir, name)
     argv = taco_argv(name, args, seed, out, extra)
     want = {k: v for k, v in vars(flags.get_args(argv)).items() if k not in flags.RESUMABLE}
     config = {}
-    with contextlib.suppress(OSError, ValueError):
-        config = checkpoints.read_json(os.path.join(out, "config.json"))  # an object, or it raises
-    have = config.get("args")
-    same = isinstance(have, dict) and all(have.get(k) == v for k, v in want.items())
-    if same and init is not None:
-        start, same = checkpoints.latest_checkpoint(init), False  # unless both hashes are read and agree
-        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-            same = start is not None and (config.get("init") or {}).get("sha256") == \
-                checkpoints.read_json(start[:-3] + ".json")["sha256"]
-    last = checkpoints.latest_checkpoint(out) if same else None
-    if last and os.path.basename(last) == f"ckpt_{want['steps']:08d}.pt":
+    with contextlib.suppress(OSError, ValueError):  # none there (or not JSON): not this run
+        config = checkpoints.read_json(os.path.join(out, "config.json"))
+    saved, have = checkpoints.list_checkpoints(out), config.get("args") or {}
+    same = all(have.get(k) == v for k, v in want.items())
+    if same and init is not None:  # a continuation: of the init's newest checkpoint (config.json's "init" names it)
+        start = checkpoints.list_checkpoints(init)
+        same = bool(start) and os.path.basename(start[0]) in str(config.get("init"))
+    if same and saved and step_of(saved[0]) == want["steps"]:
         return out, None
-    if not os.path.exists(os.path.join(out, "config.json")) and not checkpoints.list_checkpoints(out):
+    if not config and not saved:
         return out, argv  # nothing there yet
-    if os.path.exists(os.path.join(out, MARKER)):  # ours: go on where it stopped, or start again
-        return out, argv + (["--resume"] if last else ["--force"])
+    if same:  # on from its newest checkpoint, or from the start if it stopped before its first
+        return out, argv + (["--resume"] if saved else ["--force"])
     if args.force:
         return out, argv + ["--force"]
-    raise UsageError(f"{out} holds a run that study.py did not create{'' if same else ' (other settings)'}; "
-                     f"pass --force to replace it, or choose another --out")
+    raise UsageError(f"{out} holds a run with other settings; pass --force to replace it, or choose another --out")
 
 
-def pretrain_all(plans, args):
-    """Run the planned taco.py commands, --jobs at a time, each logging to RUN/pretrain.log ->
-    {run dir: (wall s, CPU s)}. When one fails, or the study is stopped, the others are stopped."""
-    launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]
-    todo, running, times = [(out, argv) for out, argv in plans if argv is not None], {}, {}
-    for out in [out for out, argv in plans if argv is None]:
-        print(f"{os.path.basename(out)}: reusing the finished run in {out}")
-    try:
-        while todo or running:
-            while todo and len(running) < args.jobs:
-                out, argv = todo.pop(0)
-                os.makedirs(out, exist_ok=True)
-                open(os.path.join(out, MARKER), "a").close()
-                cmd = [*launcher, os.path.join(ROOT, "taco.py"), *argv]
-                cmd += ["--threads", str(args.threads)] if args.threads else []
-                with open(os.path.join(out, "pretrain.log"), "a") as log:
-                    log.write(f"$ {shlex.join(cmd)}\n")
-                    log.flush()
-                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-                running[proc.pid] = (out, proc, time.time())
-                print(f"pre-training {out} (log: {log.name})", flush=True)
-            time.sleep(0.2)
-            for pid, (out, proc, t0) in list(running.items()):
-                pid, status, usage = os.wait4(pid, os.WNOHANG)  # with the child's CPU time
-                if not pid:
-                    continue
-                del running[proc.pid]
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                times[out] = (round(time.time() - t0), round(usage.ru_utime + usage.ru_stime))
-                if proc.returncode:
-                    with open(os.path.join(out, "pretrain.log"), errors="replace") as f:
-                        tail = [line for line in f.read().replace("\r", "\n").splitlines() if line.strip()][-1:]
-                    raise UsageError(f"taco.py failed for {out} (exit {proc.returncode}): {' '.join(tail)}; "
-                                     f"see {out}/pretrain.log" + (" (the other runs were stopped; the same "
-                                     "command resumes them)" if running else ""))
-                print(f"{out}: pre-trained in {times[out][0]} s ({times[out][1]} s CPU)", flush=True)
-    finally:
-        stop_children([proc for _, proc, _ in running.values()])
-    return times
+def pretrain(plans, args):
+    """Run the planned taco.py commands, --jobs at a time, each logging to RUN/pretrain.log."""
+    def run(out, argv):
+        os.makedirs(out, exist_ok=True)
+        cmd = [*(shlex.split(args.launcher) or [sys.executable]), os.path.join(ROOT, "taco.py"), *argv]
+        cmd += ["--threads", str(args.threads)] if args.threads else []
+        print(f"pre-training {out} (log: {out}/pretrain.log)", flush=True)
+        with open(os.path.join(out, "pretrain.log"), "a") as log:
+            log.write(f"$ {shlex.join(cmd)}\n")
+            log.flush()
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        if code:
+            with open(os.path.join(out, "pretrain.log"), errors="replace") as log:
+                tail = [line for line in log.read().replace("\r", "\n").splitlines() if line.strip()][-1:]
+            raise UsageError(f"taco.py failed for {out} (exit {code}): {' '.join(tail)}; see {out}/pretrain.log")
+        print(f"{out}: pre-trained", flush=True)
 
-
-def stop_children(procs, grace=60):
-    """SIGTERM to every child still running (taco.py saves a checkpoint and exits 143), SIGKILL
-    after `grace` seconds; a second SIGINT or SIGTERM meanwhile is ignored (taco.py would not save)."""
-    procs = [p for p in procs if p.poll() is None]
-    for s in (signal.SIGINT, signal.SIGTERM) if procs else ():
-        signal.signal(s, signal.SIG_IGN)
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    deadline = time.time() + grace
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    for out, argv in plans:
+        if argv is None:
+            print(f"{os.path.basename(out)}: reusing the finished run in {out}")
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:  # Ctrl-C reaches the runs: they save and end
+        list(pool.map(lambda plan: run(*plan), [plan for plan in plans if plan[1] is not None]))
 
 
 # ----------------------------------------------------------------------------- measuring
 
-_CACHE = {}  # per process: what every checkpoint's measurement shares
+_CACHE = {}  # per process: what the measurements of one run's checkpoints share
 
 
 def cached(key, make):
     return _CACHE[key] if key in _CACHE else _CACHE.setdefault(key, make())
 
 
-def finetune_data(args, vocab_file, device):
-    """finetune.py's settings, the toy pair task's train / dev splits encoded, the --ft_heldout pairs (or None)."""
-    tok = load_tokenizer(vocab_file)
-    fargs = finetuning.get_args(["--max_len", str(args.ft_max_len)])
-    fargs.rank, fargs.world, fargs.source, fargs.pad_id, fargs.device = 0, 1, "study", tok.pad_id, device
-    fargs.dtype, fargs.autocast = cli.precision(device)  # finetune.py's: bf16 on capable CUDA, else fp32
-    task, glue = finetune.TASKS["toy"], os.path.join(toy_corpus(args.cache_dir), "glue")
-    data = {s: finetune.encode(tok, finetune.load_split(task, s, glue), args.ft_max_len) for s in ("train", "dev")}
-    if args.ft_train:
-        data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
-    folder = args.ft_heldout and toy_pair_eval(args.cache_dir, n=args.ft_heldout)
-    heldout = finetune.encode(tok, finetune.load_split(task, "dev", folder), args.ft_max_len) if folder else None
-    return {"args": fargs, "data": data, "heldout": heldout}
-
-
-def finetune_scores(config, weights, args, ft):
-    """Fine-tune one encoder on the toy pair task once per --ft_seeds, with finetune.py's recipe for
-    its size -> (dev main scores, held-out main scores or []), main = (acc+F1)/2."""
-    recipe = finetuning.ft_recipe(config)
-    fargs = argparse.Namespace(**{**vars(ft["args"]), "warmup": recipe["warmup"], "weight_decay": recipe["weight_decay"]})
-    task, dev, heldout = finetune.TASKS["toy"], [], []
+def finetune_scores(encoder, tok, vocab, args):
+    """The encoder fine-tuned on the toy pair task once per --ft_seeds, with finetune.py's loop and its
+    recipe for the size -> (dev scores, --ft_heldout pairs' scores or []), each (accuracy + F1) / 2."""
+    def splits():  # the toy pair task's train and dev splits, and the --ft_heldout pairs, encoded
+        encode = lambda split, folder: finetune.encode(tok, load_split(TASKS["toy"], split, folder), args.ft_max_len)
+        data = {s: encode(s, os.path.join(toy_corpus(args.cache_dir), "glue")) for s in ("train", "dev")}
+        if args.ft_train:
+            data["train"] = {k: (v[:args.ft_train] if v is not None else None) for k, v in data["train"].items()}
+        return data, encode("dev", toy_pair_eval(args.cache_dir, n=args.ft_heldout)) if args.ft_heldout else None
+    data, heldout = cached(("ft", vocab), splits)
+    recipe, fargs = finetuning.ft_recipe(encoder.config), finetuning.get_args(["--max_len", str(args.ft_max_len)])
+    fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
+    fargs.device = cli.device(args.device)
+    fargs.dtype, fargs.autocast = cli.precision(fargs.device)  # finetune.py's: bf16 on capable CUDA, else fp32
+    fargs.warmup, fargs.weight_decay = recipe["warmup"], recipe["weight_decay"]
+    weights, dev, held = {"bert." + k: v for k, v in encoder.state_dict().items()}, [], []
     for seed in args.ft_seeds:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-            # quiet: finetune prints a line and a progress bar per epoch
-            record, model = finetune.run_one(task, ft["data"], config, weights, fargs,
+            record, model = finetune.run_one(TASKS["toy"], data, encoder.config, weights, fargs,  # quiet: no bars
                                              args.ft_lr or recipe["lr"], fargs.batch_size, args.ft_epochs, seed)
         dev.append(record["metrics"]["main"])
-        if ft["heldout"] is not None:
-            heldout.append(finetune.evaluate(model, task, {"dev": ft["heldout"]}, fargs)["main"])
-    return dev, heldout
+        if heldout is not None:
+            held.append(finetune.evaluate(model, TASKS["toy"], {"dev": heldout}, fargs)["main"])
+    return dev, held
 
 
-def word_pairs(args):
-    return read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs)
+def score_fields(prefix, scores):
+    return {f"{prefix}_scores": scores, f"{prefix}_mean": float(np.mean(scores)) if scores else None,
+            f"{prefix}_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0}
 
 
 def measure_checkpoint(run, path, args, fine_tune=True, sentences=False):
-    """One checkpoint of a run (path None: its random init, step 0) -> its row, less "variant" and
-    "seed": held-out MLM (the run's log), analysis, fine-tuning (unless not `fine_tune`), with
-    `sentences` the [CLS] vector's toy retrieval and similarity, the CPU seconds."""
-    t0 = time.process_time()
-    cfg = checkpoints.read_json(os.path.join(run, "config.json"))
+    """One checkpoint of a run (path None: its random init, step 0) -> its row, less "variant" and "seed":
+    held-out MLM (the run's log), analysis, fine-tuning (unless not `fine_tune`), with `sentences` the
+    [CLS] vector's toy retrieval and similarity, the CPU seconds."""
+    t0, cfg = time.process_time(), checkpoints.read_json(os.path.join(run, "config.json"))
     if path is None:
         torch.manual_seed(cfg["args"]["seed"])  # taco.py's init, exactly
         encoder, step = BertForPreTraining(BertConfig(**cfg["model_config"])).bert.eval(), 0
     else:
-        encoder, _, _, _ = analyze.load_encoder(path)
-        step = int(os.path.basename(path)[5:-3])  # ckpt_00000200.pt
+        encoder, step = analyze.load_encoder(path)[0], step_of(path)
     a, vocab = cfg["args"], os.path.join(run, "vocab.txt")
     tok = cached(("tok", vocab), lambda: load_tokenizer(vocab))
-    batches = cached(("blocks", vocab, a["data"], a["max_len"], a["eval_blocks"]),
-                     lambda: analyze.heldout_batches(a["data"], tok, a["max_len"], a["eval_blocks"], 32, args.cache_dir))
+    batches = cached(("blocks", vocab, a["data"], a["max_len"], a["eval_blocks"]), lambda: analyze.heldout_batches(
+        a["data"], tok, a["max_len"], a["eval_blocks"], 32, args.cache_dir))
     res = analyze.analyze(encoder, tok, batches, cached(("pairs",), lambda: word_pairs(args)))
-    dev, heldout = [], []
-    if args.ft_seeds and fine_tune:
-        ft = cached(("ft", vocab), lambda: finetune_data(args, vocab, cli.device(args.device)))
-        dev, heldout = finetune_scores(encoder.config, {"bert." + k: v for k, v in encoder.state_dict().items()},
-                                       args, ft)
+    dev, heldout = finetune_scores(encoder, tok, vocab, args) if args.ft_seeds and fine_tune else ([], [])
     ev = next((r for r in checkpoints.read_jsonl(os.path.join(run, "metrics.jsonl"))
                if r.get("step") == step and "eval_mlm_loss" in r), {})
     row = {"step": step, "eval_mlm_loss": ev.get("eval_mlm_loss"), "eval_mlm_acc": ev.get("eval_mlm_acc"),
            **{f"ctx_{k}": v for k, v in res["context"]["cosine"].items()},
            **{f"ctx_doc_{k}": v for k, v in res["context_doc"]["cosine"].items()},
            "wordsim_cooc": res["wordsim"]["cooc_mean_cosine"], "wordsim_spearman": res["wordsim"]["spearman"],
-           "self_similarity": res["self_similarity"], **score_fields("ft", dev), **score_fields("ft_heldout", heldout),
-           "sha256": path and checkpoints.read_json(path[:-3] + ".json")["sha256"]}  # what was measured
+           "self_similarity": res["self_similarity"], **score_fields("ft", dev), **score_fields("ft_heldout", heldout)}
     if sentences:  # RetroMAE's: the [CLS] vector as a sentence embedding, on the toy grammar's sets
         evalset = toy_sentence_eval(args.cache_dir)
         ret = analyze.dense_retrieval(encoder, tok, read_beir(os.path.join(evalset, "retrieval")), "dot")
@@ -277,97 +217,86 @@ def measure_checkpoint(run, path, args, fine_tune=True, sentences=False):
     return {**row, "cpu_s": round(time.process_time() - t0, 1)}
 
 
+def word_pairs(args):
+    return read_pairs(os.path.join(toy_corpus(args.cache_dir), "wordsim.txt") if args.pairs == "toy" else args.pairs)
+
+
 def say(label, r):
-    """The line printed for a measured checkpoint."""
-    print(f"  {label}: ctx {r['ctx_score']:.3f} (documents {r['ctx_doc_score']:.3f}), co-occurring words' cosine "
-          f"{r['wordsim_cooc']:.3f}" + (f", nDCG@10 {r['ndcg@10']:.3f}, STS {r['sts_spearman']:.3f}" if "ndcg@10" in r else "")
-          + (f", fine-tuned {100 * r['ft_mean']:.1f}" if r["ft_mean"] is not None else "")
-          + (f" (held-out {100 * r['ft_heldout_mean']:.1f})" if r["ft_heldout_mean"] is not None else "")
-          + f" [{r['cpu_s']:.0f} s CPU]", flush=True)
+    print(f"  {label}: ctx {r['ctx_score']:.3f}, co-occurring words' cosine {r['wordsim_cooc']:.3f}, fine-tuned "
+          f"{pm(r, 'ft')} (held-out {pm(r, 'ft_heldout')}) [{r['cpu_s']:.0f} s CPU]", flush=True)
 
 
-def score_fields(prefix, scores):
-    return {f"{prefix}_scores": scores, f"{prefix}_mean": float(np.mean(scores)) if scores else None,
-            f"{prefix}_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0}
-
-
-def _worker_init(threads):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the study, which ends its workers
+def _worker(threads):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the study, whose pool then ends the workers
     torch.set_num_threads(threads or 1)
 
 
 def _measure(job):
-    keys, *work = job
-    return keys, measure_checkpoint(*work)
-
-
-def measure_all(jobs, args):
-    """Measure every (keys, measure_checkpoint's arguments) in `jobs`, --jobs at a time in worker processes
-    of --threads each (in this process with --jobs 1): yields (keys, row) as each row comes."""
-    if args.jobs == 1 or len(jobs) <= 1:
-        yield from map(_measure, jobs)
-        return
-    # spawn, not fork: a forked child would inherit PyTorch's thread pool mid-use
-    with multiprocessing.get_context("spawn").Pool(min(args.jobs, len(jobs)), _worker_init, (args.threads,)) as pool:
-        yield from pool.imap_unordered(_measure, jobs)
-        pool.close()
-        pool.join()
+    return job[0], measure_checkpoint(*job[1:])
 
 
 def measured_checkpoints(run, run_args):
-    """(step, path) of a run's checkpoints every --save_every steps and at its end, in order; not
-    the extra one a run stopped by a signal saved where it stopped (it resumed from there)."""
-    every, steps = run_args["save_every"], run_args["steps"]
-    found = ((int(os.path.basename(p)[5:-3]), p) for p in checkpoints.list_checkpoints(run))  # ckpt_00000200.pt
-    return sorted((step, p) for step, p in found if step % every == 0 or step == steps)
+    """(step, path) of a run's checkpoints every --save_every steps and at its end, in order; not the
+    extra one a run stopped by a signal saved where it stopped (it resumed from there)."""
+    return sorted((step_of(p), p) for p in checkpoints.list_checkpoints(run)
+                  if step_of(p) % run_args["save_every"] == 0 or step_of(p) == run_args["steps"])
 
+
+# ----------------------------------------------------------------------------- the studies
 
 def study_seeds(args, names):
-    """The default mode: every seed's runs pre-trained side by side, then every checkpoint measured
-    side by side; each seed saved in its folder once its rows are in -> all rows, times."""
+    """The default mode: every seed's runs pre-trained side by side, then every checkpoint measured side
+    by side; each seed's rows saved in its folder once they are in -> all rows."""
     outs = {seed: args.out if len(args.seed) == 1 else os.path.join(args.out, f"seed{seed}") for seed in args.seed}
-    rows, times = {}, {}
-    for seed, out in outs.items():
-        if saved := finished(out, args, seed):  # measured by `--seed S --out OUT/seedS`: only the aggregate is new
-            print(f"seed {seed}: reusing the measured study in {out}")
-            rows[seed], times[seed] = saved["rows"], saved.get("time", {})
+    plans = {(seed, name): plan_run(name, args, seed, outs[seed]) for seed in args.seed for name in names}
+    rows = {seed: r for seed in args.seed if (r := measured(outs[seed], args, seed, [plans[seed, n] for n in names]))}
+    for seed in rows:  # measured by `--seed S --out OUT/seedS`: only the aggregate is new
+        print(f"seed {seed}: reusing the measured study in {outs[seed]}")
     todo = [seed for seed in args.seed if seed not in rows]
-    plans = {(seed, name): plan_run(name, args, seed, outs[seed]) for seed in todo for name in names}
-    pretrained = pretrain_all(list(plans.values()), args)
-    jobs, got = [], {}  # a job's keys: the (seed, objective, step) of each row it measures
-    for seed in todo:
-        inits = {}  # objectives that share an init share its step-0 row
-        for name in names:
-            run = plans[seed, name][0]
-            cfg = checkpoints.read_json(os.path.join(run, "config.json"))
-            init = json.dumps([cfg["model_config"], seed, cfg["args"]["data"], cfg["args"]["max_len"]])
-            if init not in inits:
-                jobs.append((inits.setdefault(init, []), run, None, args, True))
-            inits[init].append((seed, name, 0))
-            every, last = (args.mlm_ft_every if name == "mlm" else 0), cfg["args"]["steps"]  # MLM's last: the goal
-            jobs += [([(seed, name, step)], run, p, args, not every or step % every == 0 or step == last)
-                     for step, p in measured_checkpoints(run, cfg["args"])]
-    left, cpu = {seed: sum(job[0][0][0] == seed for job in jobs) for seed in todo}, dict.fromkeys(todo, 0)
-    with contextlib.closing(measure_all(jobs, args)) as measured:  # a failure ends the workers at once
-        for keys, row in measured:
+    pretrain([plans[seed, name] for seed in todo for name in names], args)
+    jobs, got = [], {}  # a job: the (seed, objective, step) of each row it measures, measure_checkpoint's arguments
+    inits = {}  # objectives that share an init share its step-0 row
+    for seed, name in itertools.product(todo, names):
+        run = plans[seed, name][0]
+        cfg = checkpoints.read_json(os.path.join(run, "config.json"))
+        init = json.dumps([cfg["model_config"], seed, cfg["args"]["data"], cfg["args"]["max_len"]])
+        if init not in inits:
+            jobs.append((inits.setdefault(init, []), run, None, args, True))
+        inits[init].append((seed, name, 0))
+        every, last = (args.mlm_ft_every if name == "mlm" else 0), cfg["args"]["steps"]  # MLM's last: the goal
+        jobs += [([(seed, name, step)], run, p, args, not every or step % every == 0 or step == last)
+                 for step, p in measured_checkpoints(run, cfg["args"])]
+    left = {seed: sum(job[0][0][0] == seed for job in jobs) for seed in todo}
+    n = min(args.jobs, len(jobs))  # spawn, not fork: a forked child would inherit PyTorch's thread pool mid-use
+    pool = multiprocessing.get_context("spawn").Pool(n, _worker, (args.threads,)) if n > 1 else None
+    with pool or contextlib.nullcontext():  # its end ends the workers, on an error too
+        for keys, row in pool.imap_unordered(_measure, jobs) if pool else map(_measure, jobs):
             seed, name, step = keys[0]
+            left[seed] -= 1
             got.update(dict.fromkeys(keys, row))
             say(f"seed {seed} {name} step {step}", row)
-            left[seed], cpu[seed] = left[seed] - 1, cpu[seed] + row["cpu_s"]
-            if left[seed]:
-                continue
-            keys = sorted((k for k in got if k[0] == seed), key=lambda k: (names.index(k[1]), k[2]))
-            rows[seed] = [{"variant": k[1], "seed": seed, **got[k], "step": k[2]} for k in keys]
-            trained = [plans[seed, n][0] for n in names if plans[seed, n][0] in pretrained]
-            times[seed] = {"pretrain": {os.path.relpath(o, args.out): pretrained[o] for o in trained},
-                           "measure_cpu_s": round(cpu[seed])}
-            save(outs[seed], args, times[seed], rows[seed], format_table(rows[seed]))
-    return [r for seed in args.seed for r in rows[seed]], times
+            if not left[seed]:
+                keys = sorted((k for k in got if k[0] == seed), key=lambda k: (names.index(k[1]), k[2]))
+                rows[seed] = [{"variant": k[1], "seed": seed, **got[k], "step": k[2]} for k in keys]
+                save(outs[seed], args, {"measure_cpu_s": round(sum(r["cpu_s"] for r in rows[seed]))}, rows[seed],
+                     format_table(rows[seed]))
+    return [r for seed in args.seed for r in rows[seed]]
 
 
-def miniature_study(args, t0):
-    """One pre-training seed, MLM for --steps, then continuations from its final weights (new
-    optimizer and schedule) for --continue_steps each -> rows of the init and of every final encoder.
+def measured(out, args, seed, plans):
+    """out/study.json's rows if they hold this seed measured with the same settings, and its runs are
+    there, finished with the same settings (a run trained again since is measured again)."""
+    skip = {"seed", "out", "plot", "threads", "jobs", "force"}  # where and how fast, not what
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        saved = checkpoints.read_json(os.path.join(out, "study.json"))
+        if all(argv is None for _, argv in plans) and {r["seed"] for r in saved["rows"]} == {seed} and all(
+                saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip):
+            return saved["rows"]
+
+
+def miniature(args, t0):
+    """One pre-training seed, MLM for --steps, then continuations from its final weights (new optimizer
+    and schedule) for --continue_steps each -> rows of the init and of every final encoder.
     --tacl: tacl and, as the control, mlm_continued, both with weight decay 0 (as TaCL's AdamW);
     OUT/tacl.json, tacl_table.md, tacl_heatmap.png. --retromae: mlm, taco and retromae from OUT/stage0,
     their [CLS] vectors probed too; OUT/study.json, table.md."""
@@ -377,15 +306,14 @@ def miniature_study(args, t0):
         cont, tail = args, ["--steps", str(args.continue_steps), "--weight_decay", "0"]
         objectives = {"tacl": ["--objective", "tacl"], "mlm_continued": ["--objective", "mlm"]}
     else:  # each continuation's --steps and --save_every: --continue_steps
-        cont, tail = argparse.Namespace(**{**vars(args), "steps": args.continue_steps,
-                                           "save_every": args.continue_steps}), []
-        objectives = dict.fromkeys(RETROMAE_VARIANTS, [])
+        cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
+        tail, objectives = [], dict.fromkeys(RETROMAE_VARIANTS, [])
     plan = lambda: {name: plan_run(name, cont, seed, args.out, [*objective, "--init", first[0], *tail], first[0])
                     for name, objective in objectives.items()}
     plan()  # every run in the way refused before any training
-    pretrain_all([first], args)
+    pretrain([first], args)
     plans = plan()  # again: what to reuse depends on the init's checkpoint
-    pretrain_all(list(plans.values()), args)
+    pretrain(list(plans.values()), args)
     t_train, rows, panels = time.time() - t0, [], {}
     for name, run in {"mlm (init)" if args.tacl else "init (MLM stage 0)": first[0],
                       **{name: plan[0] for name, plan in plans.items()}}.items():
@@ -396,8 +324,8 @@ def miniature_study(args, t0):
         say(name, rows[-1])
         if args.tacl:  # one sentence's token x token cosines
             encoder, tok, run_args, _ = analyze.load_encoder(path)
-            sentence = analyze.heatmap_sentence(run_args["data"], args.cache_dir)
-            tokens, panels[name] = analyze.token_cosines(encoder, tok, sentence)
+            tokens, panels[name] = analyze.token_cosines(encoder, tok, analyze.heatmap_sentence(run_args["data"],
+                                                                                                 args.cache_dir))
     times = {"pretrain_s": round(t_train), "total_s": round(time.time() - t0)}
     save(args.out, args, times, rows, format_tacl_table(rows) if args.tacl else format_retromae_table(rows),
          name="tacl" if args.tacl else "study", drawn=False)
@@ -407,127 +335,9 @@ def miniature_study(args, t0):
     return rows
 
 
-def main(argv=None):
-    p = cli.ArgumentParser(description="Pre-train several objectives alike; measure every checkpoint.",
-                           formatter_class=cli.HelpFormatter)
-    p.add_argument("--out", default="runs/study", help="one run directory per objective, plus study.json / table.md")
-    p.add_argument("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
-    p.add_argument("--tacl", action="store_true", help="TaCL's miniature instead of --variants: MLM for --steps, "
-                   "then --continue_steps of tacl and of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
-    p.add_argument("--retromae", action="store_true", help="RetroMAE's miniature instead: MLM for --steps, then "
-                   "mlm, taco and retromae continued from it for --continue_steps (--variants ignored)")
-    p.add_argument("--continue_steps", type=int_range(1), default=600, help="--tacl / --retromae: steps per continuation")
-    p.add_argument("--force", action="store_true", help="replace runs in OUT that study.py did not create "
-                   "(without it, such a run in the way is an error; finished runs with the same settings are reused)")
-    # pre-training, every objective alike: taco.py's flags (its parser checks their values)
-    p.add_argument("--steps", type=int_range(0), default=1200, help="pre-training steps (0: taco.py's recipe for "
-                   "--size; tiny's 600 ends before MLM has left its unigram plateau)")
-    p.add_argument("--save_every", type=int_range(1), default=150, help="checkpoint (and measure) every N steps")
-    for flag, kind, default, what in [("size", str, "tiny", "model size"), ("data", str, "toy", "text"),
-                                      ("max_len", int, None, "block length"), ("batch_size", int, None, "global batch"),
-                                      ("lr", float, None, "peak learning rate")]:
-        p.add_argument(f"--{flag}", type=kind, default=default, help=f"pre-training {what} (taco.py --{flag}"
-                       + (", default: its recipe's)" if default is None else ")"))
-    p.add_argument("--seed", type=cli.list_of(int_range(0, 2**32 - 1)), default=[0], help="pre-training seed, shared "
-                   "by every objective; several (0,1,2) go into OUT/seed<S>, OUT/table.md: mean ± std over them")
-    p.add_argument("--taco_args", default="", help="further taco.py flags for every objective, e.g. '--warmup 100' "
-                   "(not flags that make a variant another one, e.g. --objective, nor study.py's own)")
-    p.add_argument("--launcher", default="", help="command in front of taco.py, e.g. 'torchrun --nproc_per_node=8' "
-                   "(default: this Python)")
-    p.add_argument("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
-    # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
-    p.add_argument("--ft_seeds", type=cli.list_of(int_range(0, 2**32 - 1), empty_ok=True), default=None,
-                   help="fine-tuning seeds per checkpoint ('' = none; default 1,2,3,4,5,6, and 1,2,3 for --tacl / "
-                   "--retromae)")
-    p.add_argument("--ft_heldout", type=int_range(0), default=None, help="held-out pairs of the toy pair task, from "
-                   "a random stream of their own, that score each fine-tuned model besides the 1,000 dev pairs "
-                   "(0 = none; default 5000, none for --tacl / --retromae)")
-    p.add_argument("--mlm_ft_every", type=int_range(0), default=0, help="fine-tune mlm's checkpoints only every N "
-                   "steps and its last (0 = every one): the others are compared with its last; the rest of the "
-                   "analysis covers every checkpoint")
-    p.add_argument("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning learning rate "
-                   "(default: finetune.py's recipe for the model size: 5e-4 for tiny / mini)")
-    p.add_argument("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
-    p.add_argument("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
-    p.add_argument("--ft_max_len", type=int_range(4, 512), default=64, help="fine-tuning tokens per pair")
-    # system
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--jobs", type=int_range(0), default=0, help="processes side by side: pre-training runs, then "
-                   "checkpoint measurements (0 = the CPU cores other work leaves idle; 1 on CUDA or with --launcher)")
-    p.add_argument("--threads", type=int_range(0), default=0, help="CPU threads per process (0 = one each when "
-                   "--jobs > 1, else taco.py's and PyTorch's default)")
-    p.add_argument("--cache_dir", default=None, help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
-    args = p.parse_args(argv)
-    t0 = time.time()
-    with cli.errors():
-        try:
-            return study(args, t0)
-        except KeyboardInterrupt as stop:  # cli.Stop (SIGINT, SIGTERM): the `finally` blocks have stopped the children
-            signum = getattr(stop, "signum", signal.SIGINT)
-            print(f"study.py stopped by {signal.Signals(signum).name}; the same command goes on: finished runs and "
-                  "measured seeds are reused, stopped runs resumed", file=sys.stderr)
-            sys.exit(128 + signum)
-
-
-def study(args, t0):
-    """main() once its flags are parsed -> the rows measured."""
-    miniature = args.tacl or args.retromae
-    defaults = dict(ft_seeds=[1, 2, 3], ft_heldout=0) if miniature else dict(ft_seeds=[1, 2, 3, 4, 5, 6], ft_heldout=5000)
-    vars(args).update({k: v for k, v in defaults.items() if getattr(args, k) is None})
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if not names or any(v not in VARIANTS for v in names):
-        raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
-    cli.output_path(args.out, "--out", folder=True)
-    device = cli.device(args.device)
-    if len(set(args.seed)) < len(args.seed):
-        raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
-    if miniature and len(args.seed) > 1:
-        raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
-    check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
-    word_pairs(args)  # a bad file fails before training
-    if args.ft_seeds and args.ft_heldout:
-        toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
-    if args.plot:
-        analyze.picture_path(args.plot, "--plot")
-    if not args.jobs:
-        args.jobs = 1 if device.type == "cuda" or args.launcher else cli.free_cores()
-    args.threads = args.threads or (1 if args.jobs > 1 else 0)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(f"study: {args.jobs} job(s) side by side" + (f", {args.threads} thread(s) each" if args.threads else ""),
-          flush=True)
-    with runs.RunLock(args.out, "--out"):  # one study per folder at a time
-        if miniature:
-            return miniature_study(args, t0)
-        rows, times = study_seeds(args, names)
-        usage = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # with the children's
-        cpu = round(sum(u.ru_utime + u.ru_stime for u in usage))
-        times = {"per_seed": times, "wall_s": round(time.time() - t0), "cpu_s": cpu}
-        if len(args.seed) > 1:
-            save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
-                 + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
-                   f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
-        print(f"wall time {times['wall_s']} s, CPU time {times['cpu_s']} s")
-        return rows
-
-
-def finished(out, args, seed):
-    """out/study.json if it holds this seed measured with the same settings, from the checkpoints
-    that are there now (a run trained again since is measured again), else None."""
-    skip = {"seed", "out", "plot", "threads", "jobs", "force"}  # where and how fast, not what
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
-        saved = checkpoints.read_json(os.path.join(out, "study.json"))
-        same = all(saved["settings"].get(k) == v for k, v in vars(args).items() if k not in skip)
-        if same and saved["rows"] and {r["seed"] for r in saved["rows"]} == {seed} and all(
-                checkpoints.read_json(os.path.join(out, r["variant"], f"ckpt_{r['step']:08d}.json"))["sha256"] == r["sha256"]
-                for r in saved["rows"] if r.get("sha256")):
-            return saved
-
-
 def save(out, args, times, rows, table, name="study", drawn=True):
-    """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the table
-    printed unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png or --plot)."""
+    """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the table printed
+    unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png or --plot)."""
     checkpoints.write_json(os.path.join(out, f"{name}.json"), {"settings": vars(args), "time": times, "rows": rows})
     checkpoints.atomic_write(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"),
                              lambda f: f.write((table + "\n").encode()))
@@ -535,6 +345,326 @@ def save(out, args, times, rows, table, name="study", drawn=True):
         print(table)
     if drawn:
         plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
+
+
+# ----------------------------------------------------------------------------- tables and plot
+
+# (key, label, +1 if higher is better): what "reaches MLM's final value" compares
+GOALS = [("ft_heldout_mean", "fine-tuned (held-out)", 1), ("ft_mean", "fine-tuned (dev)", 1),
+         ("eval_mlm_loss", "MLM loss", -1), ("wordsim_cooc", "co-occurring words' cosine", 1)]
+CTX = ["ctx score (blocks)", "ctx score (documents)", "co-occurring words' cosine (Fig. 3a)", "wordsim ρ (extra)"]
+CTX_KEYS = ["ctx_score", "ctx_doc_score", "wordsim_cooc", "wordsim_spearman"]
+FT = ["fine-tuned dev (acc+F1)/2", "fine-tuned held-out (acc+F1)/2"]
+
+
+def real(v):
+    """v, or None for a missing or NaN value."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def value(r, key):
+    """r[key], or key(r) for a function; None for a missing or NaN value."""
+    return real(key(r) if callable(key) else r.get(key))
+
+
+def fmt(v, s="{:.3f}"):
+    return "–" if real(v) is None else s.format(v)
+
+
+def ms(vals, scale=1.0, f="{:.3f}"):
+    """mean ± sample std of the values that are there; "–" if none."""
+    vals = [scale * v for v in vals if real(v) is not None]
+    std = " ± " + f.replace("+", "").format(np.std(vals, ddof=1)) if len(vals) > 1 else ""
+    return f.format(np.mean(vals)) + std if vals else "–"
+
+
+def pm(r, prefix):
+    """A row's fine-tuned score as mean ± std over the fine-tuning seeds, in points."""
+    return ms(r.get(f"{prefix}_scores") or [], 100, "{:.1f}")
+
+
+def md(header, body):
+    """A Markdown table's lines: the header's cells, the rule, then one line per list of cells."""
+    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"
+    return [line(header), "|" + "---|" * len(header), *map(line, body)]
+
+
+def first_match(rows, variant, key, better=1):
+    """The first step at which `variant` reaches MLM's final value of `key` (a row key or a
+    function of a row) in one seed's rows (None: never)."""
+    goal = value([r for r in rows if r["variant"] == "mlm"][-1], key)
+    return next((r["step"] for r in rows if r["variant"] == variant and value(r, key) is not None
+                 and better * value(r, key) >= better * goal), None)
+
+
+def format_table(rows):
+    """One seed's rows: the table and, per objective, the first step that reaches MLM's final value."""
+    keys = ["eval_mlm_loss", "eval_mlm_acc", "ctx_intra", "ctx_inter", *CTX_KEYS]
+    lines = md(["objective", "step", "eval MLM loss", "eval MLM acc", "ctx intra", "ctx inter", *CTX, *FT],
+               [[r["variant"], r["step"], *(fmt(r[k]) for k in keys), pm(r, "ft"), pm(r, "ft_heldout")] for r in rows])
+    if ref := [r for r in rows if r["variant"] == "mlm"]:  # the speed-up claim
+        goals = [g for g in GOALS if ref[-1].get(g[0]) is not None]
+        lines.append(f"\nFirst step at which each objective reaches MLM's final value (step {ref[-1]['step']}): "
+                     + ", ".join(f"{label} {ref[-1][k]:.3f}" for k, label, _ in goals))
+        for v in dict.fromkeys(r["variant"] for r in rows):
+            hits = [first_match(rows, v, k, better) for k, _, better in goals]
+            lines.append(f"- {v}: " + ", ".join(f"{label} {'not reached' if h is None else f'step {h}'}"
+                                                for (_, label, _), h in zip(goals, hits)))
+    return "\n".join(lines)
+
+
+def format_tacl_table(rows):
+    layers = range(1, len(rows[0]["self_similarity"]) + 1)
+    return "\n".join(md(["model", "steps", "eval MLM loss / acc", *(f"self-sim. layer {i}" for i in layers),
+                         "ctx score (intra − inter)", "wordsim ρ", FT[0]],
+                        [[r["variant"], r["step"], f"{fmt(r['eval_mlm_loss'])} / {fmt(r['eval_mlm_acc'])}",
+                          *map(fmt, r["self_similarity"]), f"{fmt(r['ctx_score'])} ({fmt(r['ctx_intra'])} − "
+                          f"{fmt(r['ctx_inter'])})", fmt(r["wordsim_spearman"]), pm(r, "ft")] for r in rows]))
+
+
+def format_retromae_table(rows):
+    keys = ["ndcg@10", "mrr@10", "recall@100", "sts_spearman", "ctx_score", "wordsim_spearman"]
+    return "\n".join(md(["objective", "steps", "retrieval nDCG@10", "MRR@10", "Recall@100", "STS ρ", "ctx score",
+                         "wordsim ρ", FT[0]], [[r["variant"], r["step"], *map(fmt, map(r.get, keys)), pm(r, "ft")]
+                                              for r in rows]))
+
+
+def scores(rows):
+    """The fine-tuned scores the seeds table compares, {name: (label, function of a row)}: the steady one
+    (held-out pairs, every fine-tuning seed), the 1,000 dev pairs with every seed and, to show the
+    fine-tuning noise, with each half of the seeds."""
+    n, out = min((len(r["ft_scores"]) for r in rows if r.get("ft_scores")), default=0), {}
+    if any(r.get("ft_heldout_scores") for r in rows):
+        out["heldout"] = (f"held-out pairs, {n} fine-tuning seeds", lambda r: r["ft_heldout_mean"])
+    if n:
+        out["dev"] = (f"dev 1,000, {n} seeds", lambda r: r["ft_mean"])
+    for half, sl in (("first", slice(0, n // 2)), ("second", slice(n // 2, 2 * (n // 2)))) if n >= 2 else ():
+        out[half] = (f"dev 1,000, {half} {n // 2} seeds",
+                     lambda r, sl=sl: float(np.mean(r["ft_scores"][sl])) if r.get("ft_scores") else None)
+    return out
+
+
+def gaps(rows, seeds, v, key, last):
+    """{step: [variant's score at step - MLM's final score, per seed]} (same fine-tuning seeds, same pairs)."""
+    out = {}
+    for s in seeds:
+        mine = [r for r in rows if r["seed"] == s]
+        goal = value([r for r in mine if r["variant"] == "mlm" and r["step"] == last][0], key)
+        for r in mine:
+            if r["variant"] == v and value(r, key) is not None and goal is not None:
+                out.setdefault(r["step"], []).append(value(r, key) - goal)
+    return out
+
+
+def format_seeds_table(rows, seeds):
+    """Several pre-training seeds: mean ± std over them per objective and step; per seed the step at which
+    each objective first reaches MLM's final fine-tuned score (for each score of scores()), how often and
+    the median; the paired gap to MLM's final score; where the spread comes from; the contextual score."""
+    ft, at = ["ft_mean", "ft_heldout_mean"][:1 + any(r.get("ft_heldout_scores") for r in rows)], {}
+    for r in rows:  # (variant, step) -> its rows, one per seed
+        at.setdefault((r["variant"], r["step"]), []).append(r)
+    lines = [f"Mean ± std over pre-training seeds {', '.join(map(str, seeds))} (fine-tuned: the mean over "
+             "fine-tuning seeds of each pre-training seed, then mean ± std over pre-training seeds; points)\n",
+             *md(["objective", "step", "eval MLM loss", *CTX, *FT[:len(ft)]],
+                 [[v, step, *(ms([r[k] for r in rs]) for k in ["eval_mlm_loss", *CTX_KEYS]),
+                   *(ms([r[k] for r in rs], 100, "{:.1f}") for k in ft)] for (v, step), rs in at.items()])]
+    kinds, variants = scores(rows), list(dict.fromkeys(r["variant"] for r in rows))
+    others = [v for v in variants if v != "mlm"]
+    if not kinds or not others or "mlm" not in variants:
+        return "\n".join(lines)
+    last, hits, body = max(r["step"] for r in rows if r["variant"] == "mlm"), {}, []
+    for s in seeds:
+        mine = [r for r in rows if r["seed"] == s]
+        body.append([s])
+        for label, key in kinds.values():
+            goal = value([r for r in mine if r["variant"] == "mlm"][-1], key)
+            body[-1].append(fmt(goal and 100 * goal, "{:.1f}"))
+            for v in others:
+                hits[label, v, s] = h = first_match(mine, v, key)
+                body[-1].append(f"not by {last:,}" if h is None else f"{h:,}")
+    lines += ["", f"### When each objective first reaches MLM's final fine-tuned score (step {last:,}), per seed", "",
+              *md(["seed", *(c for label, _ in kinds.values() for c in (f"MLM final, {label}", *others))], body), ""]
+    for (label, _), v in itertools.product(kinds.values(), others):
+        steps = [hits[label, v, s] for s in seeds]
+        median = np.median([math.inf if h is None else h for h in steps])
+        lines.append(f"- {v}, {label}: reaches it with {sum(h is not None for h in steps)} of {len(seeds)} seeds; "
+                     "median step " + (f"{median:,.0f} ({median / last:.2f} of MLM's steps)"
+                                       if math.isfinite(median) else f"not by {last:,}"))
+    if paired := [kinds[k] for k in ("heldout", "first") if k in kinds]:  # minus MLM's final, paired by seed
+        body = []
+        for v in others:
+            per_kind = [gaps(rows, seeds, v, key, last) for _, key in paired]
+            body += [[v, step, *(c for g in per_kind for c in (ms(g.get(step, []), 100, "{:+.1f}"),
+                     f"{sum(x >= 0 for x in g.get(step, []))} of {len(g.get(step, []))}"))]
+                     for step in sorted(s for s in per_kind[0] if s)]
+        lines += ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
+                  *md(["objective", "step", *(c for label, _ in paired for c in (f"{label}: mean ± std",
+                                                                                "seeds ahead"))], body)]
+    if {"heldout", "dev", "first", "second"} <= set(kinds) and len(seeds) > 1:
+        lines += noise_lines(rows, seeds, kinds, others, last, at)
+    if "taco" in others:
+        pairs = [(a["ctx_score"], b["ctx_score"]) for a in rows if a["variant"] == "taco" and a["step"]
+                 for b in rows if b["variant"] == "mlm" and b["seed"] == a["seed"] and b["step"] == a["step"]]
+        lines.append(f"\nContextual score (blocks): TACO's is above MLM's at {sum(t > m for t, m in pairs)} of "
+                     f"{len(pairs)} (seed, step) checkpoints measured for both.")
+    return "\n".join(lines)
+
+
+def noise_lines(rows, seeds, kinds, others, last, at):
+    """Where the spread over pre-training seeds comes from, per objective and step (points): the spread of
+    one fine-tuning around its checkpoint's mean (pooled over seeds; held-out and dev pairs), that of the
+    seeds' means, the part of it left for pre-training, and the error of one fine-tuned model's 1,000 dev
+    pairs against its held-out score. Then the same for the crossing criterion's gap."""
+    n, body = len(rows[0]["ft_scores"]), []
+    for (v, step), rs in ((k, rs) for k, rs in at.items() if k[1] and rs[0]["ft_heldout_scores"]):
+        ft_h, ft_d = (math.sqrt(np.mean([np.var(r[k], ddof=1) for r in rs]))
+                      for k in ("ft_heldout_scores", "ft_scores"))
+        between = float(np.std([r["ft_heldout_mean"] for r in rs], ddof=1))
+        pre = math.sqrt(max(0.0, between ** 2 - ft_h ** 2 / n))
+        dev_err = ms([d - h for r in rs for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], 100, "{:+.1f}")
+        body.append([v, step, *(f"{100 * x:.1f}" for x in (ft_h, ft_d, between, pre)), dev_err])
+    lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
+             *md(["objective", "step", "one fine-tuning vs its checkpoint's mean, held-out", "same, dev 1,000",
+                  f"pre-training seeds' means ({n} fine-tunings each, held-out)", "of which pre-training",
+                  "dev 1,000 minus held-out, one fine-tuned model (mean ± std)"], body),
+             "", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
+             f"pooled over the steps from {last // 2:,} on:"]
+    for v in others:
+        h, d, a, b = (gaps(rows, seeds, v, kinds[k][1], last) for k in ("heldout", "dev", "first", "second"))
+        steps = [s for s in h if s >= last // 2]
+        halves = [x - y for s in steps for x, y in zip(a[s], b[s])]
+        ft_half = math.sqrt(np.mean(np.square(halves)) / 2)  # one half's fine-tuning noise: Var(a - b) = 2 Var
+        shift = [x - y for s in steps for x, y in zip(d[s], h[s])]
+        dev = float(np.std(shift, ddof=1))
+        spread = math.sqrt(np.mean([np.var(h[s], ddof=1) for s in steps]))
+        pre = math.sqrt(max(0.0, spread ** 2 - ft_half ** 2 / 2))  # all seeds: half the variance of a half
+        lines.append(f"- {v}: measured with {n // 2} fine-tuning seeds on the 1,000 dev pairs, the gap carries "
+                     f"{100 * ft_half:.1f} points of fine-tuning noise and {100 * dev:.1f} of dev-pair sampling "
+                     f"({100 * math.hypot(ft_half, dev):.1f} together; the dev pairs also shift it by "
+                     f"{100 * np.mean(shift):+.1f} on average); over pre-training seeds, the held-out gap ({n} seeds) "
+                     f"spreads {100 * spread:.1f} points, {100 * pre:.1f} of them pre-training")
+    return lines
+
+
+def plot(rows, path):
+    """2 x 2 panels, one colour per objective: every pre-training seed as a thin line, their mean as a
+    thick one. matplotlib is optional: a note if it is missing."""
+    if (plt := analyze.pyplot()) is None:
+        return print("note: pip install matplotlib for the plots; the table above has every number")
+    ft = "ft_heldout_mean" if any(r.get("ft_heldout_scores") for r in rows) else "ft_mean"
+    panels = [(["ctx_score", "ctx_doc_score"], "contextual score (intra - inter cosine; dashed: documents)"),
+              (["wordsim_cooc"], "co-occurring words' embedding cosine (Fig. 3a)"),
+              (["eval_mlm_loss"], "held-out MLM loss"),
+              ([ft], f"fine-tuned {'held-out' if ft == 'ft_heldout_mean' else 'dev'} (acc+F1)/2 (dotted: MLM's final)")]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for ax, (keys, title) in zip(axes.flat, panels):
+        for (i, v), (k, style) in itertools.product(enumerate(dict.fromkeys(r["variant"] for r in rows)),
+                                                    zip(keys, ("-", "--"))):
+            mine = [r for r in rows if r["variant"] == v and value(r, k) is not None]
+            seeds, steps = list(dict.fromkeys(r.get("seed") for r in mine)), sorted({r["step"] for r in mine})
+            for s in seeds if len(seeds) > 1 else ():
+                ax.plot(*zip(*[(r["step"], r[k]) for r in mine if r.get("seed") == s]), style, color=f"C{i}",
+                        lw=0.6, alpha=0.35)
+            mean = [np.mean([r[k] for r in mine if r["step"] == x]) for x in steps]
+            ax.plot(steps, mean, style, marker="o", ms=3, color=f"C{i}", lw=2,
+                    label=(f"{v} (mean of {len(seeds)} seeds)" if len(seeds) > 1 else v) if style == "-" else None)
+            if k == ft and v == "mlm" and mean:  # MLM's final
+                ax.axhline(mean[-1], color=f"C{i}", ls=":", lw=1)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("pre-training step")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    analyze.save_figure(fig, path, plt)  # OUT/seed<S> made if missing
+    print(f"plot: {path}")
+
+
+# ----------------------------------------------------------------------------- command line
+
+def main(argv=None):
+    p = cli.ArgumentParser(description="Pre-train several objectives alike; measure every checkpoint.",
+                           formatter_class=cli.HelpFormatter)
+    seed, add = int_range(0, 2**32 - 1), p.add_argument
+    add("--out", default="runs/study", help="one run folder per objective, plus study.json, table.md, study.png")
+    add("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
+    add("--tacl", action="store_true", help="TaCL's miniature: MLM for --steps, then --continue_steps of tacl and "
+        "of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
+    add("--retromae", action="store_true", help="RetroMAE's miniature: MLM for --steps (OUT/stage0), then mlm, taco "
+        "and retromae from it for --continue_steps")
+    add("--continue_steps", type=int_range(1), default=600, help="--tacl / --retromae: steps of each continuation")
+    add("--force", action="store_true", help="replace runs in OUT with other settings (the same settings: reused)")
+    # pre-training, every objective alike: taco.py's flags (its parser checks their values)
+    add("--steps", type=int_range(0), default=1200, help="pre-training steps (0: the recipe's; tiny's 600 ends "
+        "before MLM has left its unigram plateau)")
+    add("--save_every", type=int_range(1), default=150, help="checkpoint (and measure) every N steps")
+    for flag, kind, default in [("size", str, "tiny"), ("data", str, "toy"), ("max_len", int, None),
+                                ("batch_size", int, None), ("lr", float, None)]:
+        add(f"--{flag}", type=kind, default=default,
+            help=f"taco.py --{flag}" + (" (default: the recipe's)" if default is None else ""))
+    add("--seed", type=cli.list_of(seed), default=[0], help="pre-training seed of every objective; several (0,1,2) "
+        "go into OUT/seed<S>, and OUT/table.md compares them")
+    add("--taco_args", default="", help="more taco.py flags for every objective, e.g. '--warmup 100' (not those "
+        "that make a variant another, nor study.py's own)")
+    add("--launcher", default="", help="command before taco.py, e.g. 'torchrun --nproc_per_node=8' ('': python)")
+    add("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
+    # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
+    add("--ft_seeds", type=lambda s: cli.list_of(seed)(s) if s.strip() else [], default=None,
+        help="fine-tuning seeds per checkpoint ('' = none; default 1,2,3,4,5,6; 1,2,3 for --tacl / --retromae)")
+    add("--ft_heldout", type=int_range(0), default=None, help="held-out pairs of the toy pair task that score each "
+        "fine-tuned model besides the 1,000 dev pairs (0 = none; default 5000; none for --tacl / --retromae)")
+    add("--mlm_ft_every", type=int_range(0), default=0, help="fine-tune mlm's checkpoints only every N steps and "
+        "its last (0 = every one)")
+    add("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning lr (default: finetune.py's)")
+    add("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
+    add("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
+    add("--ft_max_len", type=int_range(4, 512), default=64, help="fine-tuning tokens per pair")
+    # system
+    add("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    add("--jobs", type=int_range(0), default=0, help="processes side by side: pre-training runs, then measurements "
+        "(0 = one per CPU core; 1 on CUDA or with --launcher)")
+    add("--threads", type=int_range(0), default=0, help="CPU threads per process (0 = one when --jobs > 1, else "
+        "PyTorch's default)")
+    add("--cache_dir", default=None, help="toy corpus and token cache (default $TACO_CACHE or ~/.cache/taco)")
+    add("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
+    args, t0 = p.parse_args(argv), time.time()
+    with cli.errors():
+        mini = args.tacl or args.retromae
+        defaults = dict(ft_seeds=[1, 2, 3], ft_heldout=0) if mini else dict(ft_seeds=[1, 2, 3, 4, 5, 6],
+                                                                            ft_heldout=5000)
+        vars(args).update({k: v for k, v in defaults.items() if getattr(args, k) is None})
+        names = [v.strip() for v in args.variants.split(",") if v.strip()]
+        if not names or any(v not in VARIANTS for v in names):
+            raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
+        cli.output_path(args.out, "--out", folder=True)
+        device = cli.device(args.device)
+        if len(set(args.seed)) < len(args.seed):
+            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
+        if mini and len(args.seed) > 1:
+            raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
+        check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
+        word_pairs(args)  # a bad file fails before training
+        if args.ft_seeds and args.ft_heldout:
+            toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
+        if args.plot:
+            analyze.picture_path(args.plot, "--plot")
+        args.jobs = args.jobs or (1 if device.type == "cuda" or args.launcher else os.cpu_count() or 1)
+        args.threads = args.threads or (1 if args.jobs > 1 else 0)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        print(f"study: {args.jobs} job(s) side by side" + (f", {args.threads} thread(s) each" if args.threads else ""),
+              flush=True)
+        with runs.RunLock(args.out, "--out"):  # one study per folder at a time
+            if mini:
+                return miniature(args, t0)
+            rows = study_seeds(args, names)
+            usage = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # with the children's
+            times = {"wall_s": round(time.time() - t0), "cpu_s": round(sum(u.ru_utime + u.ru_stime for u in usage))}
+            if len(args.seed) > 1:
+                save(args.out, args, times, rows, format_seeds_table(rows, args.seed)
+                     + f"\n\nWall time {times['wall_s']:,} s, CPU time {times['cpu_s']:,} s (this command; "
+                       f"--jobs {args.jobs}, --threads {args.threads or 'default'}).")
+            print(f"wall time {times['wall_s']} s, CPU time {times['cpu_s']} s")
+            return rows
 
 
 if __name__ == "__main__":
