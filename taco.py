@@ -20,7 +20,7 @@ import contextlib
 from collections import Counter
 from typing import NamedTuple
 
-from engine import checkpoints, cli, runs  # first: the engine sets how idle CPU threads wait before torch loads
+from engine import checkpoints, cli, runs  # first, before torch loads (engine/__init__.py)
 import numpy as np
 import torch
 import torch.distributed as dist

@@ -31,13 +31,13 @@ import sys
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import checkpoints, cli  # first, before torch loads (engine/__init__.py)
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from engine import checkpoints, cli
 from engine.cli import UsageError, int_range
 from data import load_tokenizer, make_blocks
 from engine.corpus import tokenize_corpus

@@ -23,9 +23,9 @@ import time
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import cli, fast  # first, before torch loads (engine/__init__.py)
 import torch
 
-from engine import cli, fast
 from engine.cli import float_range, int_range
 from data import mask_tokens, retromae_batch
 from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining

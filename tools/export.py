@@ -18,9 +18,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import checkpoints, cli, folders  # first, before torch loads (engine/__init__.py)
 import torch
 
-from engine import checkpoints, cli, folders
 from model import BertForPreTraining, to_hf_state_dict
 from engine.hf import write_safetensors
 

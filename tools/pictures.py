@@ -14,11 +14,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import checkpoints, cli  # first, before torch loads (engine/__init__.py)
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine import checkpoints, cli
 from engine.cli import UsageError
 from engine.toy import TOPICS
 from taco import context_groups

@@ -8,8 +8,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+from engine import cli  # first, before torch loads (engine/__init__.py)
 from data import load_tokenizer, make_blocks
-from engine import cli
 from engine.corpus import tokenize_corpus
 
 

@@ -32,12 +32,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # python tools/study.py: the root's modules
+from engine import checkpoints, cli, finetuning, flags, runs  # first, before torch loads (engine/__init__.py)
 import numpy as np
 import torch
 
 import finetune
 from data import load_tokenizer
-from engine import checkpoints, cli, finetuning, flags, runs
 from engine.cli import UsageError, float_range, int_range
 from engine.evalsets import read_beir, read_pairs, read_sts
 from engine.tasks import TASKS, load_split
