@@ -417,6 +417,8 @@ def train(args):
         optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
         scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == "fp16")  # fp16 only: scaled gradients
         start = run.begin(raw, optimizer, scaler, tok, batches, eval_blocks, init)  # refuse to clobber; resume; config.json
+        if init and not start and run.eval_due(args.steps):  # the init's own held-out scores: the end line compares
+            run.init_eval = evaluate(raw, eval_blocks, tok, args, run.device, run.autocast)
         model = torch.compile(raw) if args.compile else raw
         if run.world > 1:  # DDP: every rank's gradients averaged in the backward
             model = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from engine import cli
+from engine import cli, hf
 from engine.cli import UsageError
 from model import SIZES, BertConfig, BertForPreTraining
 
@@ -207,10 +207,12 @@ def load_taco(spec, source):
 
 
 class Init(NamedTuple):
-    """The weights --init continues from: the model's config, its state dict, the file or folder."""
+    """The weights --init continues from: the model's config, its state dict, the file or folder, and whether
+    it has an MLM head of its own (a sentence encoder has none)."""
     config: BertConfig
     state: dict
     source: str
+    head: bool = True
 
 
 def load_init(spec, flag="--init"):
@@ -221,7 +223,8 @@ def load_init(spec, flag="--init"):
     try:
         if is_hf:
             model = BertForPreTraining.from_pretrained(source)
-            return Init(model.config, model.state_dict(), source)
+            head = any(k.startswith("cls.predictions.") for k in hf.read_model_dir(source)[1])
+            return Init(model.config, model.state_dict(), source, head)
         state = read_state(source)
         return Init(BertConfig.from_dict(state["model_config"]), state["model"], source)
     except UsageError:

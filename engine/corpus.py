@@ -59,6 +59,8 @@ def resolve(data_spec, cache_dir=None):
                                 f"or a folder saved by datasets' save_to_disk")
             parts += [("file", p) for p in files]
         elif path.is_file() and path.suffix.lower() in READERS:
+            if not path.stat().st_size:
+                raise DataError(f"--data {path} is empty: pass a file with text in it")
             parts.append(("file", path))
         elif path.exists():
             raise DataError(f"--data {path}: taco reads text (.txt), JSON Lines or JSON (.jsonl, .json) and Parquet "

@@ -33,7 +33,8 @@ SIZES = [size for size in RECIPES if size != "continue"]  # model.SIZES' names
 
 # Settings that may change between a run and its --resume without making it another run.
 RESUMABLE = {"recipe", "recipe_why", "out", "resume", "force", "save_every", "eval_every", "log_every", "keep_last",
-             "skip_nonfinite", "compile", "plain_tc", "plain", "threads", "num_proc", "cache_dir", "device", "device_batch_size"}
+             "skip_nonfinite", "compile", "plain_tc", "plain", "threads", "num_proc", "cache_dir", "device", "device_batch_size",
+             "log"}
 
 
 class FlagParser(cli.ArgumentParser):
@@ -122,6 +123,8 @@ def parser():
     p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
     p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
+    p.add_argument("--log", default=None, choices=["tensorboard", "wandb"],
+                   help="also send metrics.jsonl's numbers to TensorBoard (OUT/tensorboard) or Weights & Biases")
     return p
 
 
@@ -143,6 +146,10 @@ def get_args(argv=None):
 def apply_recipe(args, init=None):
     """Fill in the recipe's defaults (RECIPES): --size's, or with an --init that needs it read, one
     that fits the loaded init (choose_recipe). Does nothing if get_args applied it already."""
+    if init and not init.head and not args.force:
+        raise UsageError(f"--init {args.init} has no MLM head (a sentence encoder): continuing it trains a fresh head, "
+                         f"and the encoder with it, from chance, so its representations decay first. Continue a model "
+                         f"with its MLM head, or pass --force (then compare the end line's MLM accuracy with the init's)")
     if args.recipe is not None:
         return
     args.recipe, args.recipe_why = choose_recipe(args, init)

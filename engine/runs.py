@@ -145,6 +145,34 @@ def fingerprint(tokens):
     return f"{len(tokens)}:{hashlib.sha256(tokens[:n].tobytes() + tokens[-n:].tobytes()).hexdigest()[:16]}"
 
 
+def metrics_logger(args):
+    """--log: a function send(step, numbers) that gives TensorBoard (OUT/tensorboard) or Weights & Biases the numbers
+    metrics.jsonl records, or None. Its package is imported only when asked, at once (a missing one is one line);
+    the writer is made at the first numbers."""
+    if args.log is None:
+        return None
+    try:
+        if args.log == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+        else:
+            import wandb
+    except ImportError:
+        raise UsageError(f"--log {args.log} needs its package: pip install {args.log}") from None
+    made = []
+
+    def send(step, numbers):
+        if not made:
+            made.append(SummaryWriter(os.path.join(args.out, "tensorboard")) if args.log == "tensorboard" else
+                        wandb.init(project="taco", name=os.path.basename(os.path.abspath(args.out)), config=vars(args)))
+        if args.log == "tensorboard":
+            for name, value in numbers.items():
+                made[0].add_scalar(name, value, step)
+            made[0].flush()
+        else:
+            made[0].log(numbers, step=step)
+    return send
+
+
 def commit():
     """The repository's commit (with "+" if the tree has changes), or None outside git."""
     git = lambda *a: subprocess.run(["git", *a], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -178,6 +206,7 @@ class Run(contextlib.AbstractContextManager):
             per_rank = {"device", "threads", "num_proc", "cache_dir"}
             self.agree_across_ranks("flags", {k: v for k, v in vars(args).items() if k not in per_rank})
             self.dtype, self.autocast = cli.precision(self.device, args.dtype)
+            self.send = metrics_logger(args) if self.master else None
             if self.master:  # --out, before anything in it is read or written
                 stack.enter_context(RunLock(args.out))
                 checkpoints.remove_leftovers(args.out)  # a killed writer's temp files
@@ -193,7 +222,7 @@ class Run(contextlib.AbstractContextManager):
                 raise UsageError(f"--resume: no checkpoint in {args.out}")
             self.resuming = bool(self.resume_from)
             self.start = self.done = self.checkpoint.get("step", 0)
-            self.skipped, self.last_ckpt, self.last_eval = self.checkpoint.get("skipped", 0), None, None
+            self.skipped, self.last_ckpt, self.last_eval, self.init_eval = self.checkpoint.get("skipped", 0), None, None, {}
             self.metrics = os.path.join(args.out, "metrics.jsonl")
             self.exit = stack.pop_all()
 
@@ -266,6 +295,7 @@ class Run(contextlib.AbstractContextManager):
         """Refuse to clobber another run or to resume with other settings or data; restore a checkpoint; rank 0
         writes config.json and vocab.txt. -> the step to start at."""
         args, self.steps_per_epoch, self.n_eval = self.args, batches.per_epoch, len(eval_blocks)
+        self.init = init and init.source
         if self.master:
             self.check_resume() if self.resuming else self.check_clobber()
         if self.world > 1:
@@ -287,6 +317,8 @@ class Run(contextlib.AbstractContextManager):
                          and not (k in ("data", "vocab") and same_tokens))
         if not same_tokens:
             changed.insert(0, "the tokens of --data and --vocab")
+        if args.objective == "tacl" and old.get("init") not in (None, self.init):  # the teacher is rebuilt from it
+            changed.append(f"--init (now {self.init}, then {old['init']})")
         if changed and not args.force:
             raise UsageError(f"--resume with settings that differ from the run in {args.out}: {', '.join(changed)}; "
                              f"pass --force to accept them (not an exact resume)")
@@ -329,7 +361,7 @@ class Run(contextlib.AbstractContextManager):
         checkpoints.write_json(os.path.join(args.out, "config.json"), {
             "args": vars(args), "model_config": asdict(cfg), "world_size": self.world, "accumulation": accum,
             "dtype": self.dtype, "train_blocks": blocks, "eval_blocks": len(eval_blocks), "parameters": params,
-            "data": self.data, "init": init and init.source, "threads": self.threads,
+            "data": self.data, "init": self.init, "threads": self.threads,
             "made_by": {"commit": commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
                         "python": platform.python_version(), "host": HOST, "devices": devices}})
         vocab = os.path.join(args.out, "vocab.txt")
@@ -418,6 +450,8 @@ class Run(contextlib.AbstractContextManager):
         record = {"loss": loss, "mlm": mlm, "tc": tc, "tc_is": aux, "lr": lr, "tokens_per_s": tok_s, "grad_norm": norm,
                   "skipped": self.skipped, **({"tp": tp} if args.predict_all else {})} if due else {}
         checkpoints.append_jsonl(self.metrics, {"step": done, "time": round(time.time(), 3), **record, **evals})
+        if self.send:
+            self.send(done, {k: v for k, v in {**record, **evals}.items() if isinstance(v, (int, float))})
 
     def stopping(self, done):
         return bool(self.signum) and done < self.args.steps
@@ -428,7 +462,7 @@ class Run(contextlib.AbstractContextManager):
             self.last_ckpt = checkpoints.save_checkpoint(args.out, {
                 "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                 "step": done, "skipped": self.skipped, "model_config": asdict(raw.config), "args": vars(args),
-                "data": self.data, "world_size": self.world}, args.keep_last)
+                "data": self.data, "world_size": self.world, "init": self.init}, args.keep_last)
 
     def stop_if_signalled(self, done):
         """Every rank stops after the same step, once rank 0 has saved it."""
@@ -450,7 +484,8 @@ class Run(contextlib.AbstractContextManager):
 
     def end(self):
         if self.master and (ev := self.last_eval):
-            mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}" if "eval_mlm_loss" in ev
+            was = f" (--init's {self.init_eval['eval_mlm_acc']:.3f})" if "eval_mlm_acc" in self.init_eval else ""
+            mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}{was}" if "eval_mlm_loss" in ev
                    else "no eval MLM (masking chose no held-out token)")
             print(f"done: {mlm}, contextual score {ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, "
                   f"inter {ev['ctx_inter']:.3f}); run in {self.args.out}")

@@ -270,6 +270,33 @@ def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path, quick
     assert same_weights(final_weights(straight), final_weights(faulty))
 
 
+# Rank 1 dies at step 6 (a node lost). Patched from outside taco.py.
+DYING_TACO = """
+import os, sys
+sys.path.insert(0, {here!r})
+import taco
+get_lr = taco.get_lr
+
+def dying(step, *args):
+    if os.environ["RANK"] == "1" and step == 6:
+        os._exit(13)
+    return get_lr(step, *args)
+
+taco.get_lr = dying
+taco.main()
+"""
+
+
+def test_a_rank_whose_peer_died_says_one_line(tmp_path, quick):
+    wrapper = tmp_path / "dying_taco.py"
+    wrapper.write_text(DYING_TACO.format(here=HERE))
+    cmd = torchrun_cmd(quick, "--out", str(tmp_path / "run"))
+    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
+    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert "rank 0: stopped: another rank ended first (its own lines say why)" in r.stderr, r.stderr[-3000:]
+    assert "[rank0]" not in r.stderr  # no traceback of the survivor
+
+
 def test_torchrun_offline_is_one_line_within_seconds(tmp_path):
     """The headline command on a machine without the hub: rank 0 asks it, once and without retries; one `error:`
     line; nothing written."""

@@ -2,15 +2,12 @@
 toy run and of a real model, bad input, every precision and torch.compile, the documented commands."""
 import dataclasses
 import functools
-import itertools
 import json
 import math
 import os
 import re
 import shlex
 import sys
-import time
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -100,20 +97,6 @@ def test_what_a_run_says(tmp_path, capsys, quick, run_taco):
     scores = [f"contextual score {r['ctx_score']:.3f} (" for r in logged if "ctx_score" in r]
     assert [l.split(":")[0] for l in evals] == ["step 8", "step 16", "step 24"]
     assert all(score in line for score, line in zip(scores, evals, strict=True))
-    estimate = [l for l in err if l.startswith("estimate: ")]
-    assert len(estimate) == 1 and re.search(r"a step here \(from the first \d+ steps?\): the \d+ steps left take ~", estimate[0])
-
-
-def test_a_slow_first_step_gives_the_estimate_from_its_micro_batches(tmp_path, capsys, monkeypatch, quick, run_taco):
-    """A step of the paper's batch takes an hour on a CPU: the estimate comes within the first
-    step, from its first micro-batches, once 30 s have passed (a clock read 20 s apart here)."""
-    clock = itertools.count(0, 20)
-    monkeypatch.setattr(runs, "time", SimpleNamespace(time=lambda: next(clock), sleep=time.sleep))
-    assert run_taco(quick + ["--steps", "2", "--objective", "mlm", "--device_batch_size", "2", "--out",
-                            str(tmp_path / "run")]) == 0
-    estimates = [l for l in capsys.readouterr().err.splitlines() if l.startswith("estimate: ")]
-    assert estimates == ["estimate: 2.7 min a step here (from the first 1 of a step's 4 micro-batches): the 2 steps "
-                         "left take ~5.3 min"]
 
 
 def test_each_objective_names_its_own_loss(tmp_path, capsys, monkeypatch, quick, run_taco):
@@ -151,7 +134,7 @@ def test_init_continues_from_trained_weights_with_a_fresh_optimizer(tmp_path, ca
     assert not torch.equal(ckpt["model"][moved], trained[moved])  # the rest trains on
     assert max(s["step"].item() for s in ckpt["optimizer"]["state"].values()) == 2  # a new optimizer
     config = json.load(open(os.path.join(cont, "config.json")))
-    assert config["init"]["source"].endswith("ckpt_00000004.pt") and len(config["init"]["sha256"]) == 64
+    assert config["init"].endswith("ckpt_00000004.pt")
 
     hf = str(tmp_path / "hf")  # a Hugging Face directory works the same way
     model = BertForPreTraining(BertConfig(**json.load(open(os.path.join(first, "config.json")))["model_config"]))
@@ -233,39 +216,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message, quic
 
 
 def test_bad_files_are_one_line_and_exit_2(tmp_path, capsys, quick, run_taco):
-    empty, binary, vocab = tmp_path / "empty.txt", tmp_path / "binary.txt", tmp_path / "vocab.txt"
+    empty, vocab = tmp_path / "empty.txt", tmp_path / "vocab.txt"
     empty.write_text("")
-    binary.write_bytes(b"\x00\x01\x02" * 1000)
     vocab.write_text("hello\nworld\n")
-    for extra, message in [(["--data", str(empty), "--vocab", "toy"], "empty"),
-                           (["--data", str(binary), "--vocab", "toy"], "binary"),
+    for extra, message in [(["--data", str(empty), "--vocab", "toy"], "is empty"),
                            (["--vocab", str(vocab)], "[PAD]")]:
         assert run_taco(quick + ["--out", str(tmp_path / "run")] + extra) == 2
-        err = capsys.readouterr().err
-        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        err = [l for l in capsys.readouterr().err.splitlines() if l.startswith(("error", "Traceback"))]
+        assert len(err) == 1 and message in err[0]
         assert not (tmp_path / "run").exists()
     run = str(tmp_path / "sized")
     assert run_taco(quick + ["--steps", "4", "--out", run]) == 0
     assert run_taco(quick + ["--steps", "4", "--out", run, "--resume", "--force", "--size", "mini"]) == 2
-    assert "holds another model" in capsys.readouterr().err
-
-
-def test_paths_that_are_not_regular_files(tmp_path, capsys, quick, run_taco):
-    """FIFOs (a read would block forever), symlink loops, folders: one line each, no hang."""
-    os.mkfifo(tmp_path / "fifo.txt")
-    os.symlink(tmp_path / "loop.txt", tmp_path / "loop.txt")
-    (tmp_path / "folder").mkdir()
-    (tmp_path / "folder" / "a.txt").write_text("some text\n")
-    os.mkfifo(tmp_path / "folder" / "b.txt")
-    for extra, message in [(["--data", str(tmp_path / "fifo.txt")], "is not a regular file"),
-                           (["--data", str(tmp_path / "loop.txt")], "Too many levels of symbolic links"),
-                           (["--data", str(tmp_path / "folder")], "b.txt is not a regular file"),
-                           (["--vocab", str(tmp_path / "fifo.txt")], "vocab file"),
-                           (["--vocab", str(tmp_path / "loop.txt")], "cannot be read")]:
-        assert run_taco(quick + ["--out", str(tmp_path / "run"), "--vocab", "toy"] + extra) == 2
-        err = capsys.readouterr().err
-        assert message in err and err.count("\n") == 1
-        assert not (tmp_path / "run").exists()
+    assert "holds another model or optimizer than this command builds" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- continuing a real model
@@ -296,7 +259,7 @@ def test_init_picks_a_recipe_that_fits_the_init(tmp_path, minilm, quick, run_tac
     not the toy corpus's needs --data. The flags are parsed without reading a file: the recipe is
     chosen once the init is loaded (taco.train)."""
     def with_init(argv):
-        args = flags.get_args(argv)
+        args = flags.get_args(argv + ["--force"])  # MiniLM has no MLM head
         flags.apply_recipe(args, checkpoints.load_init(args.init))
         return args
     unread = flags.get_args(["--init", str(tmp_path / "not-there-yet.pt")])  # parsing opens nothing
@@ -310,15 +273,24 @@ def test_init_picks_a_recipe_that_fits_the_init(tmp_path, minilm, quick, run_tac
     assert len(warnings) == 1 and "50x the continue recipe" in warnings[0] and "collapse" in warnings[0]
     flags.check_args(with_init(["--init", minilm, "--data", "x.txt", "--lr", "1e-4"]), 1, warnings.append)
     assert len(warnings) == 1  # the official recipes' 1e-4 is no mistake
-    sized = flags.get_args(["--init", minilm, "--data", "x.txt", "--size", "small"])
+    sized = flags.get_args(["--init", minilm, "--data", "x.txt", "--size", "small", "--force"])
     assert (sized.recipe, sized.lr) == ("small", 1e-4)
-    assert run_taco(quick + ["--init", minilm, "--out", str(tmp_path / "x")]) == 2
+    assert run_taco(quick + ["--init", minilm, "--out", str(tmp_path / "x"), "--force"]) == 2
     err = capsys.readouterr().err
     assert "pass --data" in err and err.count("\n") == 1 and not (tmp_path / "x").exists()
     toy = str(tmp_path / "toy")
     assert run_taco(quick + ["--steps", "1", "--out", toy]) == 0
     args = with_init(["--init", toy])  # a toy run continues on the toy corpus with its own recipe
     assert (args.recipe, args.data, args.lr, args.steps) == ("tiny", "toy", 1e-3, 600)
+
+
+def test_a_model_without_an_mlm_head_is_continued_only_with_force(tmp_path, minilm, real_text, run_taco, capsys):
+    """A sentence encoder (MiniLM: no MLM head) continued by MLM trains a fresh head, and the encoder with it, from
+    chance: refused in one line, naming --force."""
+    assert run_taco(["--init", minilm, "--data", real_text[0], "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --init {minilm} has no MLM head") and "pass --force" in err and err.count("\n") == 1
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("objective", ["mlm", "taco", "tacl", "retromae"])
@@ -331,8 +303,10 @@ def test_continuing_a_real_model_with_the_defaults_keeps_it(objective, tmp_path,
     text, held_out = real_text
     out = str(tmp_path / objective)
     assert run_taco(["--init", minilm, "--data", text, "--objective", objective, "--steps", "2", "--batch_size", "4",
-                     "--max_len", "64", "--eval_blocks", "2", "--threads", "1", "--out", out]) == 0
-    assert "| recipe continue (--init is a Hugging Face model: lr 2e-05)" in capsys.readouterr().out
+                     "--max_len", "64", "--eval_blocks", "2", "--threads", "1", "--out", out, "--force"]) == 0
+    said = capsys.readouterr().out
+    assert "| recipe continue (--init is a Hugging Face model: lr 2e-05)" in said
+    assert re.search(r"done: eval MLM loss \S+, acc \S+ \(--init's \S+\)", said)  # the fresh head starts from chance
     lowest, spread = drift(sentence_vectors(minilm, held_out), sentence_vectors(out, held_out))
     assert lowest > 0.99 and abs(spread) < 0.02
     pooler = hf.read_weights(minilm)["pooler.dense.weight"]
@@ -344,7 +318,7 @@ def test_a_toy_lr_collapses_a_real_model_and_is_warned_of(tmp_path, minilm, real
     text, held_out = real_text
     out = str(tmp_path / "toy_lr")
     assert run_taco(["--init", minilm, "--data", text, "--objective", "mlm", "--steps", "2", "--batch_size", "4",
-                     "--max_len", "64", "--eval_blocks", "2", "--lr", "1e-3", "--threads", "1", "--out", out]) == 0
+                     "--max_len", "64", "--eval_blocks", "2", "--lr", "1e-3", "--threads", "1", "--out", out, "--force"]) == 0
     assert "warning: --lr 0.001 is 50x the continue recipe's 2e-05" in capsys.readouterr().err
     lowest, spread = drift(sentence_vectors(minilm, held_out), sentence_vectors(out, held_out))
     assert lowest < 0.9 and spread > 0.2  # seen: 0.40 and +0.52
