@@ -13,11 +13,11 @@ from model import SIZES
 
 
 def say(line):
-    """print, flushed: once stdout goes nowhere (`finetune.py | head -1`), the rest goes to /dev/null and the
-    work goes on, so that results.jsonl, summary.json and OUT/best are still written."""
+    """print, flushed: once stdout goes nowhere (`finetune.py | head -1`, `> /dev/full`), the rest goes to
+    /dev/null and the work goes on, so that results.jsonl, summary.json and OUT/best are still written."""
     try:
         print(line, flush=True)
-    except BrokenPipeError:
+    except OSError:  # a closed pipe, a full disk
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
