@@ -205,8 +205,9 @@ def predict_file(args):
     task, max_len = finetuning.saved_task(args.model)
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
     name = os.path.splitext(os.path.basename(args.predict))[0] + ".tsv"
-    out = (os.path.join(cli.output_path(args.out, "--out", folder=True), "predict", name) if args.out
-           else f"{os.path.normpath(args.model)}-{name}")
+    if args.out:
+        cli.output_path(args.out, "--out", folder=True)
+    out = os.path.join(args.out, "predict", name) if args.out else f"{os.path.normpath(args.model)}-{name}"
     if os.path.exists(out) and not args.force:
         raise FinetuneError(f"{out} holds the predictions of an earlier --predict; pass --force to replace them")
     args.device = cli.device(args.device)
@@ -234,7 +235,8 @@ def finetune(args):
     run-time settings (rank, world, device, dtype, autocast, pad_id, source)."""
     if args.predict:
         return predict_file(args)
-    args.out = cli.output_path(args.out or "runs/finetune", "--out", folder=True)  # before any work
+    args.out = args.out or "runs/finetune"
+    cli.output_path(args.out, "--out", folder=True)  # before any work
     args.rank, _, args.world, args.device = setup_distributed(args.device)
     cli.set_threads(args.threads)
     tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics)  # [(Task, its folder or None)]
