@@ -11,23 +11,21 @@
     torchrun --standalone --nproc_per_node=8 finetune.py --task mnli   # several GPUs
     # a task of your own (train.tsv, dev.tsv, labels.txt), then its best classifier on new text
     python finetune.py --task data/reviews --label_column sentiment --model hf/minilm
-    python finetune.py --predict new_reviews.txt --model runs/finetune/best/reviews
+    python finetune.py --predict new_reviews.txt --model runs/finetune/best/reviews   # -> ...best/reviews-new_reviews.tsv
 
 Each run (task x configuration x seed) is scored on dev after every epoch; its score is its last epoch's
 (the epochs are a grid setting: also picking the best epoch would select on dev twice). A task's main score
 (CoLA MCC; MRPC, QQP the mean of F1 and accuracy; STS-B of Pearson and Spearman; MNLI matched accuracy; toy
 accuracy and F1; the others accuracy) picks its configuration and makes the GLUE average. OUT: results.jsonl,
-summary.json (mean, std, median over seeds), best/TASK (the best classifier, Hugging Face format). The
-engineering: engine/finetuning.py (flags, recipes, checks, output files, summary), engine/tasks.py (tasks,
-their files, metrics).
+summary.json (mean, std, median over seeds), best/TASK (the best classifier, Hugging Face format); several
+models fine-tuned into one OUT are compared in one table, beside each task's chance level. The engineering:
+engine/finetuning.py (flags, recipes, output files, the table), engine/tasks.py (tasks, their files, metrics).
 """
 import math
 import os
 import sys
 import time
 
-from engine import cli
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -35,9 +33,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from data import WordPieceTokenizer, load_tokenizer
-from engine import checkpoints, fast, finetuning, hf
+from engine import checkpoints, cli, fast, finetuning, folders, hf
+from engine.finetuning import say
 from engine.runs import setup_distributed
-from engine.tasks import METRICS, TASKS, FinetuneError, load_split, read_examples
+from engine.tasks import GLUE, TASKS, FinetuneError, chance, find_task, load_split, read_examples, score
 from engine.toy import toy_corpus
 from model import BertConfig, BertForSequenceClassification, load_hf_state_dict
 from taco import configure_optimizer, get_lr
@@ -49,7 +48,7 @@ from taco import configure_optimizer, get_lr
 def encode(tok, split, max_len, quiet=True):
     """Adds the ids of [CLS] a [SEP] (b [SEP]) and the length of segment A to a split."""
     ids, first = [], []
-    for i in tqdm(range(len(split["a"])), desc="tokenize", disable=quiet, leave=False):
+    for i in tqdm(range(len(split["a"])), desc="tokenize", disable=quiet or not sys.stderr.isatty(), leave=False):
         a = tok.encode(split["a"][i])
         b = tok.encode(split["b"][i]) if split["b"] is not None else None
         room = max_len - (2 if b is None else 3)
@@ -77,9 +76,6 @@ def load_pretrained(spec):
     (config, encoder weights under our names, vocab.txt path, the file or folder used); the task head is new."""
     try:
         source, is_hf = checkpoints.find_weights(spec)
-    except cli.UsageError as err:
-        raise FinetuneError(f"--model {err}") from err
-    try:
         if is_hf:
             config = BertConfig.from_dict(checkpoints.read_json(os.path.join(spec, "config.json")))
             model = BertForSequenceClassification(config)
@@ -87,14 +83,14 @@ def load_pretrained(spec):
                                                if not k.startswith("classifier.")})
             weights = {k: v for k, v in model.state_dict().items() if k not in fresh}
         else:  # taco: the encoder of BertForPreTraining, and the pooler an --init brought
-            source, state = checkpoints.load_taco(spec, source)  # a run saving there may rotate checkpoints away
+            state = checkpoints.load_checkpoint(source, ("model", "model_config"))
             config = BertConfig.from_dict(state["model_config"])
             weights = {k: v for k, v in state["model"].items() if k.startswith(("bert.", "pooler."))}
-        missing, unexpected = BertForSequenceClassification(config).load_state_dict(weights, strict=False)
-    except Exception as err:  # a foreign file, missing keys, wrong shapes: which file, in one line
+        BertForSequenceClassification(config).load_state_dict(weights, strict=False)
+    except cli.UsageError as err:  # no such model, not a taco checkpoint
+        raise FinetuneError(f"--model {err}") from err
+    except Exception as err:  # a foreign file, wrong shapes: which file, in one line
         raise FinetuneError(f"cannot load --model {spec}: {cli.reason(err)}") from err
-    if unexpected or any(not k.startswith(("pooler.", "classifier.")) for k in missing):
-        raise FinetuneError(f"{source} does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
     vocab = checkpoints.vocab_beside(source)
     if not os.path.isfile(vocab):
         raise FinetuneError(f"{vocab} is missing; copy there the vocab.txt the model was pre-trained with")
@@ -125,16 +121,17 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
     torch.manual_seed(seed + args.rank)  # dropout differs across ranks
     record = {"task": task.name, "model": args.source, "max_len": args.max_len, "warmup": args.warmup,
               "warmup_steps": warmup, "weight_decay": args.weight_decay, "lr": lr, "batch_size": batch_size,
-              "epochs": epochs, "seed": seed, "per_epoch": []}
+              "epochs": epochs, "seed": seed, "chance": chance(task, data), "per_epoch": []}
     if args.rank == 0:
-        print(f"{task.name} lr {lr:g} bs {batch_size} seed {seed}: {total} steps, warm-up {warmup}")
+        say(f"{task.name} lr {lr:g} bs {batch_size} seed {seed}: {total} steps, warm-up {warmup}")
     t0, step = time.time(), 0
     for epoch in range(1, epochs + 1):
         model.train()
         perm = torch.randperm(n, generator=order).numpy()
         perm = np.concatenate([perm, perm[:(-n) % world]])  # as DistributedSampler: no rank left empty
         name = f"{task.name} lr {lr:g} bs {batch_size} seed {seed} epoch {epoch}/{epochs}"
-        bar = tqdm(range(steps_per_epoch), desc=name, disable=args.rank != 0, leave=False)
+        bar = tqdm(range(steps_per_epoch), desc=name, leave=False,  # off a terminal: the epoch's line alone
+                   disable=args.rank != 0 or not sys.stderr.isatty())
         for s in bar:
             idx = perm[s * batch_size:(s + 1) * batch_size][args.rank::world]
             x, mask, types = collate(train, idx, args.pad_id, device)
@@ -159,7 +156,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
         if args.rank == 0:  # evaluation on rank 0 alone; the others wait at the next collective
             scores = evaluate(raw, task, data, args)
             record["per_epoch"].append({"epoch": epoch, **scores})
-            print(f"{name}: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+            say(f"{name}: loss {value:.4f}, " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
     if args.rank == 0:  # the score is the last epoch's; the best epoch is recorded for reference
         record.update(metrics=scores, best_epoch=max(record["per_epoch"], key=lambda e: e["main"])["epoch"],
                       time_s=round(time.time() - t0, 1))
@@ -185,15 +182,10 @@ def predict(model, split, regression, args):
 
 def evaluate(model, task, data, args):
     """Every dev metric of the task (MNLI: acc_m and acc_mm), and the main score."""
-    metrics = {}
-    for suffix, dev, _ in task.evals:
-        preds, _ = predict(model, data[dev], task.labels is None, args)
-        if not np.isfinite(preds).all():  # a diverged model: no score rather than a NaN one
-            raise FinetuneError(f"{task.name}: the model's {dev} predictions are not finite (diverged); lower --lr")
-        for m in task.metrics:
-            metrics[f"{m}_{suffix}" if suffix else m] = METRICS[m](preds, data[dev]["labels"])
-    metrics["main"] = float(np.mean(list(metrics.values())[:len(task.metrics)]))  # on the first dev set
-    return metrics
+    preds = {dev: predict(model, data[dev], task.labels is None, args)[0] for _, dev, _ in task.evals}
+    if not all(np.isfinite(p).all() for p in preds.values()):  # a diverged model: no score rather than a NaN one
+        raise FinetuneError(f"{task.name}: the model's dev predictions are not finite (diverged); lower --lr")
+    return score(task, data, preds)
 
 
 def write_predictions(model, task, data, args):
@@ -202,36 +194,38 @@ def write_predictions(model, task, data, args):
         preds, _ = predict(model, data[test], task.labels is None, args)
         rows = [f"{i}\t{min(max(p, 0.0), 5.0):.3f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}"
                 for i, p in zip(data[test]["index"], preds)]
-        path = os.path.join(args.out, finetuning.prediction_file(task, suffix))
+        path = os.path.join(args.out, "predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
         finetuning.write_tsv(path, "index\tprediction", rows)
 
 
 def predict_file(args):
-    """--predict FILE --model OUT/best/TASK: the saved classifier's label (and its probability) for every
-    example of FILE -> OUT/predict/<FILE's name>.tsv (never --predict_test's files; without --force, never
-    an earlier prediction)."""
+    """--predict FILE --model FOLDER (a classifier save_best wrote): its label and probability for every line (or
+    row) of FILE, beside the text -> FOLDER-<FILE's name>.tsv beside it, or OUT/predict/<FILE's name>.tsv with
+    --out (never --predict_test's submission files in OUT/predictions; an earlier prediction only with --force)."""
     task, max_len = finetuning.saved_task(args.model)
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
-    out = os.path.join(args.out, "predict", os.path.splitext(os.path.basename(args.predict))[0] + ".tsv")
+    name = os.path.splitext(os.path.basename(args.predict))[0] + ".tsv"
+    if args.out:
+        cli.output_path(args.out, "--out", folder=True)
+    out = os.path.join(args.out, "predict", name) if args.out else f"{os.path.normpath(args.model)}-{name}"
     if os.path.exists(out) and not args.force:
-        raise FinetuneError(f"{out} holds the predictions of an earlier --predict; pass --force to replace them, or "
-                            f"another --out")
+        raise FinetuneError(f"{out} holds the predictions of an earlier --predict; pass --force to replace them")
     args.device = cli.device(args.device)
     args.dtype, args.autocast = cli.precision(args.device, "fp32")  # predictions in full precision
     cli.set_threads(args.threads)
-    try:
-        model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(task.labels or "x"))
-        lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
-        tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower is not False)
-    except Exception as err:  # edited or damaged files of the saved classifier: which folder, in one line
-        raise FinetuneError(f"cannot load --model {args.model}: {cli.reason(err)}") from err
+    model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(task.labels or "x"))
+    lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
+    tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower is not False)
     max_len, args.pad_id = args.max_len or max_len, tok.pad_id
     finetuning.check_fit(tok, max_len, model.config, args.model)
     preds, prob = predict(model.to(args.device), encode(tok, data, max_len), task.labels is None, args)
-    rows = [f"{i}\t{p:.4f}" if task.labels is None else f"{i}\t{task.labels[int(p)]}\t{q:.4f}"
-            for i, p, q in zip(data["index"], preds, prob)]
-    finetuning.write_tsv(out, "index\tprediction" + "\tprobability" * (task.labels is not None), rows)
-    print(f"{task.name}: {len(preds)} predictions of {args.model} for {args.predict} in {out}")
+    texts = zip(*(data[k] for k in "ab" if data[k] is not None))  # written as they were read, tabs aside
+    rows = [f"{i}\t" + (f"{p:.4f}" if task.labels is None else f"{task.labels[int(p)]}\t{q:.4f}")
+            + "".join("\t" + t.replace("\t", " ").replace("\n", " ") for t in text)
+            for i, p, q, text in zip(data["index"], preds, prob, texts)]
+    header = "index\tprediction" + "\tprobability" * (task.labels is not None) + "".join("\t" + c for c in task.text)
+    finetuning.write_tsv(out, header, rows)
+    say(f"{task.name}: {len(preds)} predictions of {args.model} for {args.predict} in {out}")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -239,12 +233,14 @@ def predict_file(args):
 def finetune(args):
     """Every task x configuration x seed; then summary.json and the table. Fills in args'
     run-time settings (rank, world, device, dtype, autocast, pad_id, source)."""
-    cli.output_path(args.out, "--out", folder=True)  # before any work
     if args.predict:
         return predict_file(args)
+    args.out = args.out or "runs/finetune"
+    cli.output_path(args.out, "--out", folder=True)  # before any work
     args.rank, _, args.world, args.device = setup_distributed(args.device)
     cli.set_threads(args.threads)
-    tasks = finetuning.find_tasks(args)  # [(Task, its folder or None)]
+    tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics)  # [(Task, its folder or None)]
+             for spec in (GLUE if args.tasks == "all" else (args.tasks or args.task).split(","))]
     config, weights, vocab, args.source = load_pretrained(args.model)
     origin = "huggingface" if os.path.isdir(args.source) else checkpoints.trained_with(args.source)[1]["recipe"]
     recipe, why = finetuning.choose_ft_recipe(config, origin)
@@ -252,7 +248,8 @@ def finetune(args):
     args.max_len = args.max_len or 128
     grid = [(lr, bs, ep, seed) for lr in args.lrs or [args.lr] for bs in args.batch_sizes or [args.batch_size]
             for ep in args.epochs_list or [args.epochs] for seed in args.seeds or [args.seed]]
-    finetuning.check_outputs(tasks, grid, args)  # output names, OUT/best/TASK, batch sizes: now, not after training
+    for task, _ in tasks:  # OUT/best/TASK may be replaced: checked now, not after the training
+        folders.check(os.path.join(args.out, "best", task.name), "finetune.py", True, {"--model": args.model})
     tok = load_tokenizer(vocab)
     finetuning.check_fit(tok, args.max_len, config, args.model)
     args.pad_id = tok.pad_id
@@ -260,9 +257,9 @@ def finetune(args):
     results = os.path.join(args.out, "results.jsonl")
     if args.rank == 0:
         warmup = "10% of the steps, at most 100" if args.warmup is None else f"{args.warmup:g}"
-        print(f"fine-tuning {args.source}: recipe {recipe} ({why}): lr {args.lr:g}, epochs {args.epochs}, warm-up "
-              f"{warmup}, weight decay {args.weight_decay:g} | {len(grid)} run(s) per task | {args.dtype} on "
-              f"{args.device.type} x {args.world}")
+        say(f"fine-tuning {args.source}: recipe {recipe} ({why}): lr {args.lr:g}, epochs {args.epochs}, warm-up "
+            f"{warmup}, weight decay {args.weight_decay:g} | {len(grid)} run(s) per task | {args.dtype} on "
+            f"{args.device.type} x {args.world}")
     for task, folder in tasks:
         data_dir = folder or args.data_dir or (os.path.join(toy_corpus(args.cache_dir), "glue") if task is TASKS["toy"]
                                                else None)
@@ -282,10 +279,9 @@ def finetune(args):
                     best = record["metrics"]["main"]
                     write_predictions(model, task, data, args)
     if args.rank == 0:
-        # a line torn by a kill is dropped; one without finite scores is left out with a warning
-        summary = finetuning.summarize(finetuning.scored(checkpoints.read_jsonl(results), results))
+        summary = finetuning.summarize(checkpoints.read_jsonl(results))  # a line torn by a kill: dropped, warned
         checkpoints.write_json(os.path.join(args.out, "summary.json"), summary)
-        print(finetuning.format_table(summary))
+        say(finetuning.format_table(summary))
     if args.world > 1:
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

@@ -1,8 +1,6 @@
 """finetune.py's engineering: its flags and the recipes that fill in their defaults by what the model is,
-the checks before any work, its output files (the best classifier, predictions) and the summary over seeds."""
-import argparse
+its output files (the best classifier, predictions) and the one table over models and seeds."""
 import contextlib
-import math
 import os
 import sys
 
@@ -10,8 +8,17 @@ import numpy as np
 
 from engine import checkpoints, cli, folders
 from engine.cli import float_range, int_range
-from engine.tasks import GLUE, METRICS, TASKS, FinetuneError, Task, find_task
+from engine.tasks import GLUE, METRICS, TASKS, FinetuneError, Task
 from model import SIZES
+
+
+def say(line):
+    """print, flushed: once stdout goes nowhere (`finetune.py | head -1`, `> /dev/full`), the rest goes to
+    /dev/null and the work goes on, so that results.jsonl, summary.json and OUT/best are still written."""
+    try:
+        print(line, flush=True)
+    except OSError:  # a closed pipe, a full disk
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 # ----------------------------------------------------------------------------- recipes
@@ -56,36 +63,6 @@ def ft_recipe(config, origin=None):
     return FT_RECIPES[choose_ft_recipe(config, origin)[0]]
 
 
-# ----------------------------------------------------------------------------- checks before any work
-
-def find_tasks(args):
-    """--task / --tasks -> [(Task, its folder or None)]; a task of your own's flags with GLUE's alone: a mistake."""
-    specs = GLUE if args.tasks == "all" else (args.tasks or args.task).split(",")
-    tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics) for spec in specs]
-    own = [f"--{f}" for f in ("text_columns", "metrics") if getattr(args, f)]
-    own += ["--label_column"] * (args.label_column != "label")
-    if own and all(task in TASKS.values() for task, _ in tasks):
-        raise FinetuneError(f"{', '.join(own)}: for a task of your own (--task FOLDER), not {specs[0]}")
-    return tasks
-
-
-def prediction_file(task, suffix):
-    """OUT's file of a task's test predictions (MNLI: one per test set), GLUE's names."""
-    return os.path.join("predictions", f"{task.name}{'-' if suffix else ''}{suffix}.tsv")
-
-
-def check_outputs(tasks, grid, args):
-    """Before the training: each output has a name of its own, OUT/best/TASK may be replaced, batches split."""
-    outputs = [t.name for t, _ in tasks] + [prediction_file(t, e[0]) for t, _ in tasks for e in t.evals]
-    if len(set(outputs)) < len(outputs):  # best/NAME, predictions/NAME.tsv and the summary would mix them
-        raise FinetuneError(f"the tasks {', '.join(t.name for t, _ in tasks)} would write outputs of one name "
-                            f"(best/NAME, predictions/NAME.tsv): rename a task's folder")
-    for task, _ in tasks:
-        folders.check(os.path.join(args.out, "best", task.name), "finetune.py", True, {"--model": args.model})
-    if any(bs % args.world for _, bs, _, _ in grid):
-        raise FinetuneError(f"batch sizes must be multiples of the number of processes, {args.world}")
-
-
 def check_fit(tok, max_len, config, model):
     """The vocabulary and the example length fit the model (a foreign or edited vocab.txt fails here)."""
     if tok.vocab_size != config.vocab_size or not 4 <= max_len <= config.max_position_embeddings:
@@ -98,29 +75,28 @@ def check_fit(tok, max_len, config, model):
 # ----------------------------------------------------------------------------- files of the outputs
 
 def write_tsv(path, header, rows):  # predictions, written whole
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     checkpoints.write_bytes(path, ("\n".join([header, *rows]) + "\n").encode())
 
 
 def save_best(model, task, record, tok, args):
     """OUT/best/<task>: the best run's classifier (by dev main score) in Hugging Face format (transformers loads
     it, labels by name), with what `--predict` needs (saved_task). A better one of the same pre-trained model is
-    kept; one of another (or edited unreadable) is replaced, with a note. Written whole (folders.replacing)."""
+    kept; one of another is replaced, with a note. Written whole (folders.replacing)."""
     path = os.path.join(args.out, "best", task.name)
-    old_model, old_score = None, -math.inf  # none yet, or edited
-    with contextlib.suppress(cli.UsageError, KeyError, TypeError, ValueError):
+    old = {"model": None, "dev": {"main": -np.inf}}
+    with contextlib.suppress(OSError, cli.UsageError, KeyError):
         old = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]
-        old_model, old_score = old["model"], float(old["dev"]["main"])
-    if old_model == record["model"] and old_score >= record["metrics"]["main"]:
+    if old["model"] == record["model"] and old["dev"]["main"] >= record["metrics"]["main"]:
         return
-    if os.path.isdir(path) and old_model != record["model"]:
-        print(f"note: {path} held a classifier of {old_model}; replaced by this one of {record['model']}")
+    if old["model"] not in (None, record["model"]):
+        print(f"note: {path} held a classifier of {old['model']}; replaced by this one of {record['model']}",
+              file=sys.stderr)
     labels = {} if task.labels is None else {"id2label": dict(enumerate(task.labels)),
                                              "label2id": {n: i for i, n in enumerate(task.labels)}}
     about = {"name": task.name, "text": task.text, "label": task.tsv[-1], "labels": task.labels, "metrics": task.metrics,
              "dev": record["metrics"], **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")}}
-    size = sum(p.numel() * p.element_size() for p in model.state_dict().values())
-    with folders.replacing(path, "finetune.py", True, {"--model": args.model}, size) as tmp:
+    with folders.replacing(path, "finetune.py", True, {"--model": args.model}) as tmp:
         model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
                               finetuning_task=task.name, taco_task=about, **labels)
 
@@ -129,16 +105,11 @@ def saved_task(folder):
     """The task (and max_len) a classifier saved by save_best was trained on, from its config.json."""
     path = os.path.join(folder, "config.json")
     about = checkpoints.read_json(path).get("taco_task") if os.path.isfile(path) else None
-    if not isinstance(about, dict):
+    if not about:
         raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
                             f"{folder} is not one")
-    with contextlib.suppress(KeyError, TypeError, ValueError):
-        text, labels = tuple(map(str, about["text"])), about["labels"]  # labels None: a regression
-        if 1 <= len(text) <= 2:
-            return Task(str(about["name"]), text, None if labels is None else tuple(map(str, labels)), (),
-                        tsv=(*text, str(about["label"]))), int(about["max_len"])
-    raise FinetuneError(f"{path}: its taco_task is not what finetune.py writes (edited?); restore it, or fine-tune "
-                        f"again")
+    text, labels = tuple(about["text"]), about["labels"]  # labels None: a regression
+    return Task(about["name"], text, labels and tuple(labels), (), tsv=(*text, about["label"])), about["max_len"]
 
 
 # ----------------------------------------------------------------------------- summary
@@ -153,23 +124,9 @@ def seed_stats(values):
             "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
 
 
-def scored(records, path):
-    """The records with a finite main score and every key summarize() reads; the others (edited
-    by hand, or written by an older version that accepted a NaN) are left out with a warning."""
-    def ok(r):
-        metrics = r.get("metrics")
-        return (all(k in r for k in CONFIG + ("task", "seed")) and isinstance(metrics, dict) and "main" in metrics
-                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in metrics.values()))
-    kept = [r for r in records if ok(r)]
-    if len(kept) < len(records):
-        print(f"warning: {path}: left out {len(records) - len(kept)} run(s) without finite dev scores "
-              f"(NaN, or keys missing)", file=sys.stderr)
-    return kept
-
-
 def summarize(records):
-    """Per model, then per task: the configuration with the best mean dev main score, and its
-    seeds' statistics. Models are never mixed: each keeps its own best configuration."""
+    """Per model, then per task: the configuration with the best mean dev main score, its seeds' statistics
+    and the task's chance level. Models are never mixed: each keeps its own best configuration."""
     known = [t.name for t in TASKS.values()]  # GLUE's order, then tasks of your own as they came
     runs = {}  # (model, task) -> configuration -> seed -> record; a rerun of a configuration and seed replaces it
     for r in sorted(records, key=lambda r: known.index(r["task"]) if r["task"] in known else len(known)):
@@ -179,7 +136,8 @@ def summarize(records):
         chosen = list(max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()])).values())
         models[model]["tasks"][name] = {
             "config": {k: chosen[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in chosen),
-            "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]}}
+            "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]},
+            "chance": chosen[0].get("chance")}
     for m in models.values():
         glue = [name for name in m["tasks"] if name in GLUE_NAMES]  # never the toy task or one of your own
         m.update(glue_tasks=glue, glue_average=float(np.mean([m["tasks"][n]["metrics"]["main"]["mean"] for n in glue]))
@@ -187,86 +145,99 @@ def summarize(records):
     return {"split": "dev", "models": models}
 
 
+def cell(stats, seeds):
+    """A score x100: one seed's, or `mean ± std (median)` over several."""
+    if stats is None:
+        return ""
+    spread = f" ± {100 * stats['std']:.1f} ({100 * stats['median']:.1f})" if seeds > 1 else ""
+    return f"{100 * stats['mean']:.1f}{spread}"
+
+
 def format_table(summary):
-    """Per model: task rows, metric columns, cells `mean ± std (median)` over seeds, x100."""
-    out = []
+    """One table: a row per task and model (its best configuration), then the task's chance level (the best
+    score of always answering one label, tasks.chance); dev scores x100."""
+    tasks = {}  # task -> [(model, its summary)]
     for model, m in summary["models"].items():
-        tasks = m["tasks"]
-        cols = ["main"] + list(dict.fromkeys(c for s in tasks.values() for c in s["metrics"] if c != "main"))
-        w = max(11, *(len(name) + 1 for name in tasks))
-        lines = [f"model {model}",
-                 f"{'task (dev)':<{w}}{'lr/batch/epochs':<17}{'seeds':>5}  " + "".join(f"{c:<20}" for c in cols)]
-        for name, s in tasks.items():
-            config = "{lr:g}/{batch_size}/{epochs}".format(**s["config"])
-            cells = [f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f} ({100 * v['median']:.1f})"
-                     if (v := s["metrics"].get(c)) else "" for c in cols]
-            lines.append(f"{name:<{w}}{config:<17}{len(s['seeds']):>5}  " + "".join(f"{c:<20}" for c in cells))
-        if m["glue_average"] is not None:  # of the main scores; over fewer than GLUE's 8 tasks, not the GLUE score
+        for name, s in m["tasks"].items():
+            tasks.setdefault(name, []).append((model, s))
+    cols = ["main"] + list(dict.fromkeys(c for runs in tasks.values() for _, s in runs for c in s["metrics"]
+                                         if c != "main"))
+    rows = [["task (dev)", "model", "seeds", "lr/batch/epochs", *cols]]
+    for name, runs in tasks.items():
+        for model, s in runs:
+            n = len(s["seeds"])
+            rows.append([name, model, f"{n} seed{'s' * (n > 1)}", "{lr:g}/{batch_size}/{epochs}".format(**s["config"]),
+                         *(cell(s["metrics"].get(c), n) for c in cols)])
+        if chance := runs[0][1].get("chance"):
+            rows.append([name, "chance (always one label)", "", "", *(cell({"mean": chance[c]}, 1) if c in chance
+                                                                        else "" for c in cols)])
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    for model, m in summary["models"].items():  # of the main scores; over fewer than GLUE's 8 tasks, not its score
+        if m["glue_average"] is not None:
             glue = m["glue_tasks"]
             what = (f"the {len(glue)} GLUE tasks" if len(glue) == len(GLUE) else
                     f"{len(glue)} of the {len(GLUE)} GLUE tasks, {', '.join(glue)}: not the GLUE score")
-            lines.append(f"GLUE average ({what}): {100 * m['glue_average']:.1f}")
-        out.append("\n".join(line.rstrip() for line in lines))
-    return "\n\n".join(out)
+            lines.append(f"GLUE average of {model} ({what}): {100 * m['glue_average']:.1f}")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- command line
 
 def get_args(argv=None):
     p = cli.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=cli.HelpFormatter)
     # task and data
     p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (or GLUE's spelling, SST-2), or a "
                    "folder of your own task: train.tsv, dev.tsv or validation.tsv, labels.txt (tasks.folder_task)")
     p.add_argument("--tasks", default=None, help="comma-separated tasks, or 'all' (the 8 GLUE tasks); overrides --task")
     p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a task of your own: its text column, "
-                   "or two for a pair; None: every column but the label and an id")
+                   "or two for a pair; default: every column but the label and an id")
     p.add_argument("--label_column", default="label", help="a task of your own: its label column")
     p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
-                   "their mean is its score; None: acc, or pearson,spearman for numbers")
+                   "their mean is its score; default: acc, or pearson,spearman for numbers")
     p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs (MNLI: dev_matched, "
                    "...) or .csv/.json/.jsonl with the hub's columns, or one folder per task named as GLUE does (CoLA)")
-    p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; None: their usual places")
+    p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; default: their usual "
+                   "places")
     p.add_argument("--max_len", type=int_range(4, 512), default=None,
-                   help="tokens per example, [CLS] and [SEP]s included; None: 128 (--predict: the saved model's)")
+                   help="tokens per example, [CLS] and [SEP]s included; default: 128 (--predict: the saved model's)")
     # model
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint file, "
                    "or Hugging Face BERT directory; with --predict, a classifier saved in OUT/best/TASK")
     # optimisation: the plural flags give a grid of comma-separated values
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; None: the "
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; default: the "
                    "recipe's (FT_RECIPES: a taco toy run 5e-4; others 5e-5, 3e-5 from hidden 768; the start line says)")
     p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
                    help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
     p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid of batch sizes: 16,32")
-    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; None: the recipe's (3, 4, 6)")
+    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; default: the recipe's (3, 4, 6)")
     p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
     p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1, help="seed of the head, data order and dropout")
     p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
                    help="seeds for every configuration, e.g. 1,2,3,4,5")
     p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
-                   "< 1, else steps; None: the recipe's (toy 0.1, else 10%% of the steps, at most the paper's 100)")
+                   "< 1, else steps; default: the recipe's (toy 0.1, else 10%% of the steps, at most the paper's 100)")
     p.add_argument("--weight_decay", type=float_range(0), default=None,
-                   help="AdamW weight decay on matrices; None: the recipe's (toy 0.01, else 0)")
+                   help="AdamW weight decay on matrices; default: the recipe's (toy 0.01, else 0)")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
-    p.add_argument("--device", default=None, help="cpu or cuda; None: cuda if available")
+    p.add_argument("--device", default=None, help="cpu or cuda; default: cuda if available")
     p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                   help="autocast precision; None: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
+                   help="autocast precision; default: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
     cli.add_threads_flag(p)
     p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention, not engine/fast.py's "
                    "CPU equivalents (the same computation, other random draws)")
     # output
-    p.add_argument("--out", default="runs/finetune", help="holds results.jsonl (appended), summary.json, best/TASK "
-                   "(the best classifier, Hugging Face format), predictions/")
+    p.add_argument("--out", default=None, help="default runs/finetune: holds results.jsonl (appended), summary.json, "
+                   "best/TASK (the best classifier, Hugging Face format), predictions/; with --predict, OUT/predict/")
     p.add_argument("--predict_test", action="store_true", help="GLUE server files of each task's best run (by dev "
                    "main score, of this command's runs) in OUT/predictions/")
-    p.add_argument("--predict", default=None, help="label the examples of this file (TSV/CSV/JSON(L) with the task's "
-                   "text columns, or one per line) with --model OUT/best/TASK: OUT/predict/<name>.tsv")
-    p.add_argument("--force", action="store_true", help="--predict: replace an earlier OUT/predict/<name>.tsv")
+    p.add_argument("--predict", default=None, help="label each line (or row: TSV/CSV/JSON(L) with the task's text "
+                   "columns) of this file with --model OUT/best/TASK, into OUT/best/TASK-<name>.tsv beside it")
+    p.add_argument("--force", action="store_true", help="--predict: replace an earlier prediction file")
     args = p.parse_args(argv)
     if bad := next((m for m in args.metrics or () if m not in METRICS), None):
         p.error(f"argument --metrics: unknown metric {bad!r}; choose from {', '.join(METRICS)}")
-    if args.warmup is not None and args.warmup >= 1 and args.warmup != int(args.warmup):
-        p.error(f"argument --warmup: {args.warmup:g} is neither a fraction below 1 nor a whole number of steps")
     return args

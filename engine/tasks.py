@@ -2,7 +2,6 @@
 (TASKS), a task of your own described by its files (folder_task), TSV / CSV / JSON(L) splits from
 disk or the hub (load_split), and the metrics that score them.
 """
-import contextlib
 import csv
 import json
 import math
@@ -13,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine import cli
-from engine.evalsets import read_lines
 
 
 class FinetuneError(cli.UsageError):
@@ -99,44 +97,59 @@ def spearman(x, y):
 
 METRICS = {"acc": accuracy, "f1": f1_score, "mcc": matthews_corrcoef, "pearson": pearson, "spearman": spearman}
 
+
+def score(task, data, preds):
+    """Every dev metric of the predictions {dev split: values} (MNLI: acc_m and acc_mm), and the main score."""
+    metrics = {f"{m}_{suffix}" if suffix else m: METRICS[m](preds[dev], data[dev]["labels"])
+               for suffix, dev, _ in task.evals for m in task.metrics}
+    metrics["main"] = float(np.mean(list(metrics.values())[:len(task.metrics)]))  # on the first dev set
+    return metrics
+
+
+def chance(task, data):
+    """The scores of the best constant answer, one label for every dev example: what a model that learnt nothing
+    of the text scores (accuracy: the majority class's; MCC and the correlations: 0)."""
+    answers = range(len(task.labels)) if task.labels else [data[task.evals[0][1]]["labels"].mean()]
+    return max((score(task, data, {dev: np.full(len(data[dev]["labels"]), a) for _, dev, _ in task.evals})
+                for a in answers), key=lambda metrics: metrics["main"])
+
 # ----------------------------------------------------------------------------- data
 
 SPLIT_FILES = (".tsv", ".csv", ".jsonl", ".json")
 
 
+def read_lines(path):
+    """The lines of a UTF-8 text file (MRPC's open with a byte-order mark), split at newlines alone."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as err:
+        raise FinetuneError(f"{path} is not UTF-8 (byte {err.start}): save it as UTF-8") from None
+
+
 def split_file(folder, split):
     """FOLDER/split.tsv (or .csv, .jsonl, .json), or None."""
-    return next((p for ext in SPLIT_FILES if os.path.lexists(p := os.path.join(folder, split + ext))), None)
+    return next((p for ext in SPLIT_FILES if os.path.exists(p := os.path.join(folder, split + ext))), None)
 
 
 def read_table(path, names=()):
     """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON(L) file."""
-    lines = [line for _, line in read_lines(path)]  # a BOM allowed: MRPC's files open with one
+    lines = read_lines(path)
     if path.endswith(".tsv"):  # GLUE quotes nothing: a '"' is text
         rows = [line.split("\t") for line in lines]
         header = list(names) or (rows.pop(0) if rows else [])
-        # a tab at the end of every line (some exports) is not a column
-        rows = [r[:-1] if len(r) == len(header) + 1 and r[-1] == "" else r for r in rows]
         good = [r for r in rows if len(r) == len(header)]
-        if rows and not good:
-            raise FinetuneError(f"no row of {path} has the {len(header)} tab-separated fields of its "
-                                f"header ({', '.join(header)}); its first row has {len(rows[0])}")
         if len(good) < len(rows):  # a few lines of GLUE's QQP train.tsv lack fields
             print(f"warning: skipped {len(rows) - len(good)} malformed rows of {path}", file=sys.stderr)
         return {h: [r[i] for r in good] for i, h in enumerate(header)}
     if path.endswith(".csv"):
         rows = list(csv.DictReader(line + "\n" for line in lines))
     else:
-        try:
-            rows = json.loads("\n".join(lines))  # a JSON array ...
-        except json.JSONDecodeError:  # ... or JSON lines
-            try:
-                rows = [json.loads(line) for line in lines if line.strip()]
-            except json.JSONDecodeError as err:
-                raise FinetuneError(f"cannot parse {path}: {err}") from None
-        rows = [rows] if isinstance(rows, dict) else rows
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise FinetuneError(f"{path}: expected JSON objects (one per example), one per line or in an array")
+        text = "\n".join(lines)
+        try:  # a JSON array, or JSON lines
+            rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in lines if x.strip()]
+        except json.JSONDecodeError as err:
+            raise FinetuneError(f"cannot parse {path}: {err}") from None
     return {k: [r.get(k) for r in rows] for k in (rows[0] if rows else {})}
 
 
@@ -165,13 +178,13 @@ def load_split(task, split, data_dir=None, cache_dir=None):
 
 
 def read_examples(path, task):
-    """Examples to label, from one file: the task's text columns of a TSV (with a header), CSV or
-    JSON(L) file, or any other text file with one example per line (a pair: a<TAB>b)."""
+    """Examples to label, from one file: the task's text columns of a TSV (with a header), CSV or JSON(L)
+    file, or any other text file with one example per line, an empty one too (a pair: a<TAB>b)."""
     if path.endswith(SPLIT_FILES):
         return to_examples(task, read_table(path), path, labelled=False)
-    rows = [line.split("\t", len(task.text) - 1) for _, line in read_lines(path) if line.strip()]
-    if any(len(r) != len(task.text) for r in rows):
-        raise FinetuneError(f"{path}: {task.name} reads text pairs: write each line as text<TAB>text")
+    rows = [line.split("\t", len(task.text) - 1) for line in read_lines(path)]
+    if (bad := next((i for i, r in enumerate(rows) if len(r) != len(task.text)), None)) is not None:
+        raise FinetuneError(f"{path} line {bad + 1}: {task.name} reads text pairs: write each line as text<TAB>text")
     return to_examples(task, dict(zip(task.text, zip(*rows))) if rows else {}, path, labelled=False)
 
 
@@ -179,7 +192,7 @@ def to_examples(task, cols, where, labelled=True):
     """Columns of a file -> {"a": texts, "b": texts or None, "labels": array or None, "index": ids}."""
     n = len(next(iter(cols.values()), []))
     if n == 0:
-        raise FinetuneError(f"{where} is empty; {task.name} needs examples in every split")
+        raise FinetuneError(f"{where} is empty; {task.name} needs examples")
     # GLUE's TSV names first, then the hub's (which CSV / JSON files use too); STS-B: both share the text names
     fits = [c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label")) if set(c[0]) <= set(cols)]
     if not fits:
@@ -196,17 +209,24 @@ def to_examples(task, cols, where, labelled=True):
 
 
 def to_label(task, value, where):
-    """The training target: a class number (from a label name or number), or a finite float."""
-    with contextlib.suppress(TypeError, ValueError, OverflowError):
-        if task.labels is None:
-            if math.isfinite(y := float(value)):  # "nan" and "inf" parse, but are no score
-                return y
-        else:
-            y = task.labels.index(str(value)) if str(value) in task.labels else int(value)
-            if 0 <= y < len(task.labels):
-                return y
+    """The training target: a finite number (a regression), or the class of a label's name; GLUE's tasks also
+    take the hub's class numbers. A task of your own's label that labels.txt does not name is never a number."""
+    if task.labels is None and (y := number(value)) is not None:
+        return y
+    if task.labels is not None and str(value) in task.labels:
+        return task.labels.index(str(value))
+    if task in TASKS.values() and task.labels is not None and str(value).isdigit() and int(value) < len(task.labels):
+        return int(value)
     kind = "a finite number" if task.labels is None else "one of " + ", ".join(task.labels)
     raise FinetuneError(f"{where}: label {value!r} is not {kind}")
+
+
+def number(value):
+    """A finite number's value, else None (text, "nan", "inf", None)."""
+    try:
+        return y if math.isfinite(y := float(value)) else None
+    except (TypeError, ValueError):
+        return None
 
 
 # ----------------------------------------------------------------------------- a task of your own
@@ -252,23 +272,23 @@ def folder_task(folder, text_columns=None, label_column="label", metrics=None):
 
 
 def read_labels(path, values, train):
-    """labels.txt (one label per line, in class order), else the label values of train, sorted
-    (numerically if they are whole numbers); None (a regression) if they are numbers not all whole."""
+    """labels.txt (one label per line, in class order), else the label values of train, sorted (numerically if
+    they are whole numbers); None (a regression) if they are numbers not all whole. A row without a label, or
+    text among numbers (a score of `n/a`), is a mistake named by its row."""
     if os.path.exists(path):
-        labels = tuple(dict.fromkeys(line.strip() for _, line in read_lines(path) if line.strip()))
+        labels = tuple(dict.fromkeys(line.strip() for line in read_lines(path) if line.strip()))
     else:
-        if (row := next((i for i, v in enumerate(values) if v is None or not str(v).strip()), None)) is not None:
-            raise FinetuneError(f"{train} row {row + 1} has no label")
-        labels = sorted({str(v).strip() for v in values})
-        numbers = []  # names, sorted as text
-        with contextlib.suppress(ValueError):
-            numbers = [float(v) for v in labels]
-        if not all(map(math.isfinite, numbers)):
-            raise FinetuneError(f"{train}: a label is not a finite number ({', '.join(labels[:5])})")
-        if any(n != int(n) for n in numbers):
+        values = ["" if v is None else str(v).strip() for v in values]
+        numbers = [number(v) for v in values]
+        numeric = any(y is not None for y in numbers)
+        for row, (value, y) in enumerate(zip(values, numbers), 1):
+            if not value or (numeric and y is None):
+                raise FinetuneError(f"{train} row {row}: " + (f"label {value!r} is not a finite number, as the others "
+                                    f"are (labels that are names: list them in labels.txt)" if value else "no label"))
+        if numeric and any(y != int(y) for y in numbers):
             print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
             return None
-        labels = tuple(sorted(labels, key=float) if numbers else labels)
+        labels = tuple(sorted(sorted(set(values)), key=float if numeric else None))
         print(f"note: labels {', '.join(labels[:10])}{' ...' * (len(labels) > 10)} from {train}'s label column, "
               f"sorted (a labels.txt beside it sets their order)", file=sys.stderr)
     if len(labels) < 2:

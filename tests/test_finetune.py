@@ -210,10 +210,12 @@ def test_summary_table_and_glue_average():
     assert s["tasks"]["RTE"]["metrics"]["acc"]["mean"] == pytest.approx(0.65)
     assert s["tasks"]["RTE"]["metrics"]["acc"]["std"] == pytest.approx(0.0707107, rel=1e-4)
     assert s["glue_average"] == pytest.approx((0.65 + 0.9) / 2)
-    table = format_table(summarize(recs))
-    assert table.splitlines()[0] == "model m" and "dev" in table.splitlines()[1]
-    assert "65.0 ± 7.1 (65.0)" in table  # the average says what it averages: not GLUE's 8 tasks
-    assert table.splitlines()[-1] == "GLUE average (2 of the 8 GLUE tasks, SST-2, RTE: not the GLUE score): 77.5"
+    table = format_table(summarize(recs)).splitlines()
+    assert table[0].split() == ["task", "(dev)", "model", "seeds", "lr/batch/epochs", "main", "acc"]
+    assert table[1].split() == ["SST-2", "m", "1", "seed", "2e-05/32/3", "90.0", "90.0"]  # one seed: its score
+    assert table[2].split()[:4] == ["RTE", "m", "2", "seeds"] and "65.0 ± 7.1 (65.0)" in table[2]
+    # the average says what it averages: not GLUE's 8 tasks
+    assert table[-1] == "GLUE average of m (2 of the 8 GLUE tasks, SST-2, RTE: not the GLUE score): 77.5"
     assert summarize(recs[-1:])["models"]["m"]["glue_average"] is None  # one GLUE task: no average
     mine = {**recs[0], "task": "reviews", "metrics": {"acc": 0.1, "main": 0.1}}  # a task of your own, or the toy
     s = summarize(recs + [mine, {**mine, "task": "toy"}])["models"]["m"]  # task: never in the GLUE average
@@ -230,18 +232,27 @@ def test_summary_keeps_models_apart():
     assert s["runs/taco"]["tasks"]["RTE"]["metrics"]["acc"]["mean"] == pytest.approx(0.7)
     assert s["runs/mlm"]["tasks"]["RTE"]["metrics"]["acc"]["mean"] == pytest.approx(0.6)
     assert s["runs/mlm"]["tasks"]["RTE"]["config"]["lr"] == 3e-5
-    table = format_table(summarize(recs))
-    assert table.index("model runs/taco") < table.index("70.0") < table.index("model runs/mlm") < table.index("60.0")
+    rows = [line.split() for line in format_table(summarize(recs)).splitlines()[1:]]
+    assert [r[1] for r in rows] == ["runs/taco", "runs/mlm"] and [r[-1] for r in rows] == ["70.0", "60.0"]
 
 
-def test_two_models_fine_tuned_into_one_out(models, tmp_path):
+def test_two_models_fine_tuned_into_one_out(models, tmp_path, capsys):
     """Fine-tuning one model and then another into the same --out: the summary names both and
-    gives each its own runs, settings and scores."""
+    gives each its own runs, settings and scores; the second prints one table comparing them, one seed
+    without a spread, and the task's chance level: the best score of always answering one label."""
+    from engine.tasks import f1_score
     out, data = str(tmp_path / "out"), toy_dir(tmp_path, n_train=48, n_dev=24, n_test=4)
     common = ["--task", "toy", "--data_dir", data, "--epochs", "1", "--batch_size", "16", "--out", out]
     run(["--model", models["run"], "--lr", "1e-3"] + common)
+    capsys.readouterr()
     run(["--model", models["dir"], "--lr", "1e-4"] + common)
     recs = results(out)
+    table = capsys.readouterr().out.split("\n" + "task (dev)")[1].strip().splitlines()
+    dev = [int(line.split("\t")[-1]) for line in open(os.path.join(data, "dev.tsv")).read().splitlines()[1:]]
+    chance = max((dev.count(a) / len(dev) + f1_score([a] * len(dev), dev)) / 2 for a in (0, 1))  # toy: (acc + F1) / 2
+    assert [row.split()[:4] for row in table[1:]] == [["toy", r["model"], "1", "seed"] for r in recs] + [
+        ["toy", "chance", "(always", "one"]]
+    assert "±" not in "".join(table) and table[-1].split()[5] == f"{100 * chance:.1f}"  # the main column
     summary = json.load(open(os.path.join(out, "summary.json")))["models"]
     assert list(summary) == [r["model"] for r in recs] and len(summary) == 2  # ckpt 10, then the run's newest (20)
     for r in recs:
@@ -382,6 +393,55 @@ def test_bad_input_is_one_line_exit_2(models, tmp_path, capsys, case, hint):
     assert len(err) == 1 and err[0].startswith("error: ") and hint in err[0], err
 
 
+@pytest.mark.parametrize("case", ["a dev label labels.txt does not name", "a score that is text"])
+def test_a_label_that_is_not_the_tasks_is_one_line_naming_the_row(models, tmp_path, capsys, case):
+    """Ratings 1..5 in labels.txt and a dev label 0: never taken for class number 0; a score `n/a` among
+    numbers: never a class of its own. One line naming the file and the row, exit 2, nothing written."""
+    task, rng = tmp_path / "ratings", random.Random(0)
+    rows = [(sentence(rng), str(1 + i % 5) if case.startswith("a dev") else f"{i % 5}.5") for i in range(10)]
+    write_tsv(str(task / "train.tsv"), ["text", "label"], rows if case.startswith("a dev") else
+              rows[:6] + [("a cat", "n/a")] + rows[6:])
+    write_tsv(str(task / "dev.tsv"), ["text", "label"], rows[:2] + [("a dog", "0")])
+    if case.startswith("a dev"):
+        (task / "labels.txt").write_text("1\n2\n3\n4\n5\n")
+    with pytest.raises(SystemExit) as exit_info:
+        run(["--model", models["run"], "--task", str(task), "--out", str(tmp_path / "out")])
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("note: ")]
+    assert exit_info.value.code == 2 and not (tmp_path / "out").exists()
+    assert err == ([f"error: {task}/dev.tsv row 3: label '0' is not one of 1, 2, 3, 4, 5"] if case.startswith("a dev")
+                   else [f"error: {task}/train.tsv row 7: label 'n/a' is not a finite number, as the others are "
+                         f"(labels that are names: list them in labels.txt)"])
+
+
+def test_logs_off_a_terminal_are_plain_lines(models, tmp_path, capsys):
+    """stderr to a file or a pipe: no progress bars (their carriage returns), a line per epoch on stdout."""
+    run(["--model", models["run"], "--task", "toy", "--data_dir", toy_dir(str(tmp_path), 40, 20, 5), "--epochs", "2",
+         "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert "\r" not in err and "it/s" not in err
+    assert "seed 1 epoch 1/2: loss " in out and "seed 1 epoch 2/2: loss " in out
+
+
+def test_output_that_goes_nowhere_loses_no_result(models, tmp_path):
+    """`finetune.py | head -1`: stdout closes after the first line (or `> /dev/full` fails every line); the runs
+    go on, and results.jsonl, summary.json and OUT/best/TASK are written."""
+    out, data = tmp_path / "out", toy_dir(str(tmp_path), 40, 20, 5)
+    command = [sys.executable, "finetune.py", "--model", models["run"], "--task", "toy", "--data_dir", data,
+               "--epochs", "1", "--device", "cpu", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(["bash", "-c", " ".join(command) + ' | head -1; echo "exit ${PIPESTATUS[0]}" >&2'],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.stdout.startswith("fine-tuning ") and proc.stdout.count("\n") == 1, proc.stderr
+    assert proc.stderr.endswith("exit 0\n") and "Error" not in proc.stderr, proc.stderr
+    assert len(results(str(out))) == 1
+    assert (out / "summary.json").exists() and (out / "best" / "toy" / "model.safetensors").exists()
+    if os.path.exists("/dev/full"):  # a full disk under stdout
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(command[:-1] + [str(tmp_path / "b")], stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert proc.returncode == 0 and "Error" not in proc.stderr and len(results(str(tmp_path / "b"))) == 1
+
+
 # ----------------------------------------------------------------------------- a task of your own, the saved classifier
 
 def review_rows(n, seed):
@@ -419,13 +479,14 @@ def test_a_task_of_your_own_fine_tunes_under_its_name_and_its_best_classifier_pr
     run(["--predict", str(tmp_path / "new.txt"), "--model", saved, "--out", out])
     assert "reviews: 4 predictions" in capsys.readouterr().out
     lines = open(os.path.join(out, "predict", "new.tsv")).read().splitlines()
-    assert lines[0] == "index\tprediction\tprobability" and len(lines) == 5
+    assert lines[0] == "index\tprediction\tprobability\treview" and len(lines) == 5
     tok = transformers.AutoTokenizer.from_pretrained(saved)
     with torch.no_grad():
         logits = clf.eval()(**tok(texts, padding=True, return_tensors="pt")).logits
-    for line, p in zip(lines[1:], logits.softmax(-1)):  # what transformers computes with the saved model
-        _, label, prob = line.split("\t")
+    for line, p, text in zip(lines[1:], logits.softmax(-1), texts):  # what transformers computes with the saved model
+        _, label, prob, written = line.split("\t")
         assert label == ["neg", "pos"][p.argmax()] and float(prob) == pytest.approx(p.max().item(), abs=1e-4)
+        assert written == text
     write_tsv(str(tmp_path / "new.tsv"), ["review"], [(t,) for t in texts])  # the task's own columns work too
     run(["--predict", str(tmp_path / "new.tsv"), "--model", saved, "--out", out, "--force"])  # over new.txt's
     assert open(os.path.join(out, "predict", "new.tsv")).read().splitlines() == lines
@@ -445,7 +506,7 @@ def test_the_saved_classifier_is_the_best_of_its_model(models, tmp_path, capsys)
     for model, score, kept in (("runs/a", 0.7, 0.7), ("runs/a", 0.6, 0.7), ("runs/a", 0.8, 0.8), ("runs/b", 0.1, 0.1)):
         save_best(clf, TASKS["toy"], {**record, "model": model, "metrics": {"main": score}}, tok, args)
         assert saved()["dev"]["main"] == kept and saved()["model"] == model
-    assert "held a classifier of runs/a; replaced by this one of runs/b" in capsys.readouterr().out
+    assert "held a classifier of runs/a; replaced by this one of runs/b" in capsys.readouterr().err
     assert os.listdir(tmp_path / "best") == ["toy"]  # no temporary folder left behind
 
 
@@ -453,9 +514,7 @@ def test_predict_and_task_flag_mistakes_are_one_line_exit_2(models, tmp_path, ca
     (tmp_path / "new.txt").write_text("a cat\n")
     for argv, hint in ((["--predict", str(tmp_path / "new.txt"), "--model", models["dir"]], "is not one"),
                        (["--predict", str(tmp_path / "nothing.txt"), "--model", models["dir"]], "is not one"),
-                       (["--metrics", "acc,auc"], "unknown metric 'auc'; choose from acc, f1, mcc"),
-                       (["--warmup", "2.5"], "--warmup: 2.5 is neither a fraction below 1 nor a whole number"),
-                       (["--task", "sst2", "--label_column", "y"], "--label_column: for a task of your own")):
+                       (["--metrics", "acc,auc"], "unknown metric 'auc'; choose from acc, f1, mcc")):
         with pytest.raises(SystemExit) as exit_info:
             run(argv + ["--out", str(tmp_path / "out")])
         err = capsys.readouterr().err.strip().splitlines()
@@ -479,21 +538,19 @@ def test_a_score_that_is_not_finite_is_refused(models, tmp_path, capsys, split, 
     assert not (tmp_path / "out").exists()
 
 
-def test_summary_leaves_out_runs_without_finite_scores(models, tmp_path, capsys):
-    """A results.jsonl line with a NaN score (written by an older version) or without its keys:
-    left out of summary.json with a warning; summary.json never holds NaN."""
+def test_a_torn_last_line_of_results_is_dropped_with_a_warning(models, tmp_path, capsys):
+    """A kill while results.jsonl was appended leaves half a line: the next fine-tuning drops it with a
+    warning, and summary.json holds the whole runs."""
     out = tmp_path / "out"
     run(["--model", models["run"], "--task", "toy", "--data_dir", toy_dir(str(tmp_path), 40, 20, 5), "--epochs", "1",
          "--out", str(out)])
-    good = results(str(out))[0]
     with open(out / "results.jsonl", "a") as f:
-        f.write(json.dumps({**good, "lr": 1.0, "metrics": {**good["metrics"], "main": float("nan")}}) + "\n")
-        f.write(json.dumps({"task": "toy"}) + "\n")
+        f.write(json.dumps(results(str(out))[0])[:50])
     run(["--model", models["run"], "--task", "toy", "--data_dir", str(tmp_path / "toy"), "--epochs", "1",
          "--seed", "2", "--out", str(out)])
-    assert "left out 2 run(s) without finite dev scores" in capsys.readouterr().err
-    summary = (out / "summary.json").read_text()
-    assert "NaN" not in summary and json.loads(summary)["models"][models["run"]]["tasks"]["toy"]["seeds"] == [1, 2]
+    assert "dropped its last line, cut short" in capsys.readouterr().err
+    assert [r["seed"] for r in results(str(out))] == [1, 2]
+    assert json.loads((out / "summary.json").read_text())["models"][models["run"]]["tasks"]["toy"]["seeds"] == [1, 2]
 
 
 def test_stsb_json_with_the_hubs_names_and_a_null_score(models, tmp_path, capsys):
@@ -525,40 +582,41 @@ def refused(argv, capsys, hint):
 
 def test_predict_never_takes_a_submission_or_an_earlier_prediction(models, tmp_path, capsys):
     """--predict X/toy.txt after --predict_test: OUT/predictions/toy.tsv (the test-set submission) stays;
-    the labels go to OUT/predict/toy.tsv, which a later --predict replaces only with --force."""
+    the labels go beside the model (best/toy-toy.tsv), or to OUT/predict/toy.tsv with --out, which a later
+    --predict replaces only with --force. Every line is a row, an empty one too, its text beside its label."""
     out, saved = str(tmp_path / "out"), str(tmp_path / "out" / "best" / "toy")
     run(["--model", models["dir"], "--task", "toy", "--data_dir", toy_dir(str(tmp_path), 48, 24, 6), "--epochs", "1",
          "--batch_size", "16", "--out", out, "--predict_test"])
     submission = open(os.path.join(out, "predictions", "toy.tsv")).read()
     (tmp_path / "x").mkdir()
-    (tmp_path / "x" / "toy.txt").write_text("a cat\tthe dog\nred fish\tblue sky\n")
+    (tmp_path / "x" / "toy.txt").write_text("a cat\tthe dog\n\t\nred fish\tblue sky\n")
+    run(["--predict", str(tmp_path / "x" / "toy.txt"), "--model", saved])
+    beside = os.path.join(out, "best", "toy-toy.tsv")
+    assert f"toy: 3 predictions of {saved} for {tmp_path}/x/toy.txt in {beside}" in capsys.readouterr().out
+    rows = [line.split("\t") for line in open(beside).read().splitlines()]
+    assert rows[0] == ["index", "prediction", "probability", "sentence1", "sentence2"]
+    assert [(r[0], r[3], r[4]) for r in rows[1:]] == [("0", "a cat", "the dog"), ("1", "", ""),
+                                                      ("2", "red fish", "blue sky")]
     predict = ["--predict", str(tmp_path / "x" / "toy.txt"), "--model", saved, "--out", out]
     run(predict)
-    assert len(open(os.path.join(out, "predict", "toy.tsv")).read().splitlines()) == 3
+    assert len(open(os.path.join(out, "predict", "toy.tsv")).read().splitlines()) == 4
     refused(predict, capsys, "predict/toy.tsv holds the predictions of an earlier --predict; pass --force")
     run(predict + ["--force"])
     assert open(os.path.join(out, "predictions", "toy.tsv")).read() == submission
+    (tmp_path / "x" / "toy.txt").write_text("a cat\tthe dog\nno tab\n")
+    refused(predict + ["--force"], capsys, "toy.txt line 2: toy reads text pairs: write each line as text<TAB>text")
 
 
 def test_the_best_classifiers_folder_is_checked_before_any_training(models, tmp_path, capsys):
-    """OUT/best/TASK holding something finetune.py did not write, or being --model itself: one line
-    before any training. An empty one is filled. Two tasks of one name would share their outputs."""
+    """OUT/best/TASK being --model itself: one line before any training, nothing written. An empty one is filled."""
     out, data = tmp_path / "out", toy_dir(str(tmp_path), 48, 24, 6)
     toy = ["--task", "toy", "--data_dir", data, "--epochs", "1", "--batch_size", "16", "--out", str(out)]
     (out / "best" / "toy").mkdir(parents=True)
-    (out / "best" / "toy" / "notes.txt").write_text("mine")
-    refused(["--model", models["dir"]] + toy, capsys, f"{out}/best/toy holds files that finetune.py did not write "
-            f"(notes.txt)")
-    assert sorted(os.listdir(out)) == ["best"] and (out / "best" / "toy" / "notes.txt").read_text() == "mine"
-    os.remove(out / "best" / "toy" / "notes.txt")
     run(["--model", models["dir"]] + toy)  # empty: filled
     assert os.path.isfile(out / "best" / "toy" / "model.safetensors")
+    before = (out / "results.jsonl").read_text()
     refused(["--model", str(out / "best" / "toy")] + toy, capsys, "best/toy is or holds --model")
-    for name in ("a", "b"):
-        write_tsv(str(tmp_path / name / "reviews" / "train.tsv"), ["id", "review", "sentiment"], review_rows(8, 1))
-        write_tsv(str(tmp_path / name / "reviews" / "dev.tsv"), ["id", "review", "sentiment"], review_rows(8, 2))
-    refused(["--model", models["dir"], "--tasks", f"{tmp_path}/a/reviews,{tmp_path}/b/reviews", "--label_column",
-             "sentiment", "--out", str(out)], capsys, "the tasks reviews, reviews would write outputs of one name")
+    assert (out / "results.jsonl").read_text() == before
 
 
 def test_a_full_disk_while_saving_the_classifier_names_the_folder_and_keeps_the_earlier_one(models, tmp_path,
@@ -573,25 +631,18 @@ def test_a_full_disk_while_saving_the_classifier_names_the_folder_and_keeps_the_
         open(path, "wb").close()
         raise OSError(28, "No space left on device", path)
     monkeypatch.setattr(hf, "write_safetensors", full)
-    refused(["--model", models["dir"]] + toy, capsys, f"no space left in {out}/best for finetune.py's {out}/best/toy: "
-            f"it needs ")
+    refused(["--model", models["dir"]] + toy, capsys, f"no space left in {out}/best")
     assert (out / "best" / "toy" / "model.safetensors").read_bytes() == before and os.listdir(out / "best") == ["toy"]
     assert len(results(str(out))) == 2  # the run's scores are kept
 
 
 @pytest.mark.parametrize("edit, hint", [
-    (lambda c, d: c["taco_task"].pop("labels"), "its taco_task is not what finetune.py writes"),
-    (lambda c, d: c["taco_task"].update(text="review"), "its taco_task is not what finetune.py writes"),
-    (lambda c, d: c["taco_task"].update(max_len="thirty"), "its taco_task is not what finetune.py writes"),
-    (lambda c, d: c["taco_task"].update(labels=0), "its taco_task is not what finetune.py writes"),
-    (lambda c, d: c["taco_task"].update(labels="neg,pos"), "cannot load --model"),
     (lambda c, d: open(d / "vocab.txt", "a").write("extra\n"),
      "23 tokens in vocab.txt and max_len 32, but the model was pre-trained with 22 tokens"),
-    (lambda c, d: c.update(taco_task=["reviews"]), "is not one"),
-    (lambda c, d: c.update(hidden_size="128"), "config value hidden_size = \"128\": expected a whole number"),
-    (lambda c, d: c.pop("vocab_size"), "cannot load --model"),
+    (lambda c, d: c.pop("taco_task"), "is not one"),
 ])
-def test_a_hand_edited_classifier_is_one_line(models, tmp_path, capsys, edit, hint):
+def test_predict_with_a_classifier_that_does_not_fit_is_one_line(models, tmp_path, capsys, edit, hint):
+    """A vocab.txt that is not the classifier's, or a model finetune.py did not save: one line."""
     from engine.finetuning import save_best
     from engine.tasks import folder_task
     from model import BertForSequenceClassification
