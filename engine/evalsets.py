@@ -42,7 +42,7 @@ def read_pairs(path):
     """[(word1, word2, score)] of a WordSim353-format file: `word1<TAB>word2<TAB>score` (or comma or
     space separated), a header line, '#' comments and blank lines allowed."""
     split = lambda line: line.split("\t") if "\t" in line else line.split(",") if "," in line else line.split()
-    fields = lambda line: [c.strip() for c in split(line)] if len(split(line)) == 3 else ()
+    fields = lambda line: [c.strip() for c in split(line)]  # not three: _table's unpacking fails
     return _table(path, "word1<TAB>word2<TAB>score", fields, comments=True)
 
 

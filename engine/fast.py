@@ -1,8 +1,7 @@
-"""Speed equivalents of the plain code, kept apart from it and each tested equal to the form it replaces
-(test_fast.py): `SampledCosines`, tc_loss's F.normalize + einsum at linear cost; `Dropout` and `attention`,
-CPU dropout without the serial Bernoulli sampler, put into a model by `speed_up` (off the CPU, or without
-dropout, they hand over to the plain op). The training loops switch them on (`--plain`, `--plain_tc` keep
-them off).
+"""Speed equivalents of the plain code, each tested equal to the form it replaces (test_fast.py):
+`SampledCosines`, tc_loss's F.normalize + einsum at linear cost; `Dropout` and `attention`, CPU dropout
+without the serial Bernoulli sampler, put into a model by `speed_up` (elsewhere they call the plain op).
+The training loops switch them on; `--plain` and `--plain_tc` keep them off.
 """
 import warnings
 
@@ -18,11 +17,10 @@ class SampledCosines(torch.autograd.Function):
     tc_loss's F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the einsum's
     (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256).
 
-    Forward: the dots g[n] . keys[cols[n, j]] by the cheaper route (`sampled_dots`, chosen by
-    `similarity_route`), divided by |g[n]|. Backward: with z = g / |g|, u[n] = sum_j grad[n, j]
-    keys[cols[n, j]] (an embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j] out[n, j],
-    d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|: two in-place passes over g where F.normalize's own
-    backward takes about six.
+    Forward: the dots g[n] . keys[cols[n, j]] by `similarity_route`'s route, divided by |g[n]|. Backward:
+    with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an embedding_bag) and s[n] = z[n] . u[n]
+    = sum_j grad[n, j] out[n, j], d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|: two in-place passes over g where
+    F.normalize's own backward takes about six.
     """
 
     @staticmethod

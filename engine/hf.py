@@ -14,25 +14,23 @@ import torch
 _LAYER = (("attn.qkv", ("attention.self.query", "attention.self.key", "attention.self.value")),
           ("attn.proj", ("attention.output.dense",)), ("attn_norm", ("attention.output.LayerNorm",)),
           ("mlp.fc", ("intermediate.dense",)), ("mlp.proj", ("output.dense",)), ("mlp_norm", ("output.LayerNorm",)))
-_HEADS = (("mlm", (("dense", "cls.predictions.transform.dense"), ("norm", "cls.predictions.transform.LayerNorm"))),
-          ("pooler", (("", "bert.pooler.dense"),)), ("classifier", (("", "classifier"),)))
+_HEADS = (("mlm.dense", "cls.predictions.transform.dense"), ("mlm.norm", "cls.predictions.transform.LayerNorm"),
+          ("pooler", "bert.pooler.dense"), ("classifier", "classifier"))  # each where the model has the head
 
 
 def _key_map(model):
     """[(our parameter name, [Hugging Face names])] of the model's weights."""
-    enc, cfg = ("bert." if hasattr(model, "bert") else ""), model.config  # an encoder alone: no prefix
+    enc = "bert." if hasattr(model, "bert") else ""  # an encoder alone: no prefix
     pairs = [(f"{enc}embeddings.{ours}.weight", [f"bert.embeddings.{ours}_embeddings.weight"])
              for ours in ("word", "position", "token_type")]
     modules = [(f"{enc}embeddings.norm", ["bert.embeddings.LayerNorm"])]
-    for i in range(cfg.num_hidden_layers):
-        modules += [(f"{enc}layers.{i}.{ours}", [f"bert.encoder.layer.{i}.{hf}" for hf in hfs]) for ours, hfs in _LAYER]
-    for head, parts in _HEADS:
-        if hasattr(model, head):
-            modules += [(f"{head}.{ours}".rstrip("."), [hf]) for ours, hf in parts]
+    modules += [(f"{enc}layers.{i}.{ours}", [f"bert.encoder.layer.{i}.{hf}" for hf in hfs])
+                for i in range(model.config.num_hidden_layers) for ours, hfs in _LAYER]
+    modules += [(ours, [hf]) for ours, hf in _HEADS if hasattr(model, ours.split(".")[0])]
     pairs += [(f"{ours}.{p}", [f"{hf}.{p}" for hf in hfs]) for ours, hfs in modules for p in ("weight", "bias")]
     if hasattr(model, "mlm"):
         pairs += [("mlm.bias", ["cls.predictions.bias"])]
-        if not cfg.tie_word_embeddings:
+        if not model.config.tie_word_embeddings:
             pairs += [("mlm.decoder.weight", ["cls.predictions.decoder.weight"])]
     return pairs
 
@@ -60,10 +58,8 @@ def load_hf_state_dict(model, state_dict):
     ForPreTraining's, ForSequenceClassification's) into `model`; returns the head weights left fresh.
     Every encoder weight must be there with the right shape; a head (MLM, pooler, classifier) missing
     from the checkpoint keeps its fresh initialisation, another task's is skipped."""
-    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v
-          for k, v in state_dict.items()}
-    ours = model.state_dict()
-    used, missing, fresh, loaded = set(), [], [], {}
+    sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v for k, v in state_dict.items()}
+    ours, used, missing, fresh, loaded = model.state_dict(), set(), [], [], {}
     for name, hf_names in _key_map(model):
         if absent := [k for k in hf_names if k not in sd]:
             head = name.startswith(("mlm.", "pooler.", "classifier."))
@@ -78,9 +74,9 @@ def load_hf_state_dict(model, state_dict):
     if missing:
         raise ValueError(f"checkpoint is missing {len(missing)} weights: {', '.join(missing[:5])}"
                          f"{' ...' if len(missing) > 5 else ''}")
-    heads = {"cls.": "mlm", "bert.pooler.": "pooler", "classifier.": "classifier"}
-    other_heads = tuple(p for p, head in heads.items() if not hasattr(model, head))  # heads it has not: skipped
-    unexpected = [k for k in sd if k not in used and not k.startswith(_IGNORED + other_heads)]
+    heads = (("cls.", "mlm"), ("bert.pooler.", "pooler"), ("classifier.", "classifier"))
+    skipped = _IGNORED + tuple(prefix for prefix, head in heads if not hasattr(model, head))  # heads it has not
+    unexpected = [k for k in sd if k not in used and not k.startswith(skipped)]
     if unexpected:
         raise ValueError(f"checkpoint has {len(unexpected)} unexpected weights: "
                          f"{', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
@@ -99,17 +95,13 @@ _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
 
 
 def read_safetensors(path):
-    data = Path(path).read_bytes()
+    data = bytearray(Path(path).read_bytes())  # writable, as torch.frombuffer wants
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + n])
     header.pop("__metadata__", None)
-    out = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        raw = bytearray(data[8 + n + begin:8 + n + end])  # writable copy for frombuffer (which refuses b"")
-        t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        out[name] = t.view(_ST_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
+    raw = torch.frombuffer(data, dtype=torch.uint8)[8 + n:]  # each tensor a copy of its bytes: aligned, its own
+    return {name: raw[begin:end].clone().view(_ST_DTYPES[info["dtype"]]).reshape(info["shape"])
+            for name, info in header.items() for begin, end in [info["data_offsets"]]}
 
 
 def write_safetensors(path, tensors):
@@ -117,17 +109,14 @@ def write_safetensors(path, tensors):
     header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
     for name, t in tensors.items():
         raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
     head = json.dumps(header).encode()
     head += b" " * (-len(head) % 8)  # the format pads the header to 8-byte alignment
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with open(path, "wb") as f:  # the callers write into a temp folder that is renamed into place
         f.write(len(head).to_bytes(8, "little") + head)
         f.writelines(blobs)
-    os.replace(tmp, path)
 
 
 def read_weights(path):

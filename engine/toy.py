@@ -1,11 +1,12 @@
 """The built-in offline toy corpus: a small grammar over ten topics, its WordPiece vocabulary and its
-evaluation sets, each generated once per seed into the cache folder ($TACO_CACHE), published atomically.
+evaluation sets, each generated once per seed into the cache folder ($TACO_CACHE).
 
 Documents have GLOBAL semantics (one latent topic per document picks most content words) and LOCAL
 structure (a small grammar with number agreement, tense, relative clauses). Hyphens mark WordPiece
 pieces: "light-house" is in the vocab as "light" + "##house"; inflected forms ("rabbits", "chased")
 are stem + "##s"/"##es"/"##d"/"##ed".
 """
+import filecmp
 import json
 import os
 import random
@@ -68,22 +69,20 @@ def _inflect(word, suffix):
 
 
 class _ToyGrammar:
-    """Sentences about a topic: 85% of content words from it, 8% common, 7% other topics."""
+    """Sentences about a topic: 85% of content words from it, 8% common, 7% other topics. A number or
+    tense left out (None) is drawn: plural half of the time, past 30%."""
 
     def __init__(self, rng):
         self.rng = rng
-        self.lex = {t: [w.replace("-", "").split() for w in pos] for t, pos in TOPICS.items()}
-        self.common = [pos.replace("-", "").split() for pos in COMMON]
+        self.lex = {t: [w.replace("-", "").split() for w in pos] for t, pos in [*TOPICS.items(), ("", COMMON)]}
 
     def content(self, topic, pos):  # pos: 0 noun, 1 verb, 2 adjective
         r = self.rng.random()
-        if r < 0.85:
-            return self.rng.choice(self.lex[topic][pos])
-        if r < 0.93:
-            return self.rng.choice(self.common[pos])
-        return self.rng.choice(self.lex[self.rng.choice(list(TOPICS))][pos])
+        topic = topic if r < 0.85 else "" if r < 0.93 else self.rng.choice(list(TOPICS))  # "": COMMON
+        return self.rng.choice(self.lex[topic][pos])
 
-    def noun_phrase(self, topic, plural):
+    def noun_phrase(self, topic, plural=None):
+        plural = self.rng.random() < 0.5 if plural is None else plural
         noun = self.content(topic, 0)
         words = [self.content(topic, 2)] if self.rng.random() < 0.4 else []
         words.append(_inflect(noun, "s") if plural else noun)
@@ -98,15 +97,14 @@ class _ToyGrammar:
         rng, plural = self.rng, self.rng.random() < 0.5
         subject = self.noun_phrase(topic, plural)
         if rng.random() < 0.2:  # relative clause: the main verb still agrees with the head noun
-            subject += [rng.choice(("that", "which")), self.verb(topic, plural, past)]
-            subject += self.noun_phrase(topic, rng.random() < 0.5)
+            subject += [rng.choice(("that", "which")), self.verb(topic, plural, past), *self.noun_phrase(topic)]
         if rng.random() < 0.2:
             copula = ("was", "were") if past else ("is", "are")
             words = subject + [copula[plural], self.content(topic, 2)]
         else:
-            words = subject + [self.verb(topic, plural, past)] + self.noun_phrase(topic, rng.random() < 0.5)
+            words = subject + [self.verb(topic, plural, past)] + self.noun_phrase(topic)
         if rng.random() < 0.5:
-            words += [rng.choice(PREPOSITIONS)] + self.noun_phrase(topic, rng.random() < 0.5)
+            words += [rng.choice(PREPOSITIONS)] + self.noun_phrase(topic)
         return words
 
     def document(self, lo, hi):
@@ -114,13 +112,14 @@ class _ToyGrammar:
         topic, past = self.rng.choice(list(TOPICS)), self.rng.random() < 0.3
         return topic, [self.sentence(topic, past) for _ in range(self.rng.randint(lo, hi))]
 
-    def sentence(self, topic, past):
-        rng, r = self.rng, self.rng.random()
+    def sentence(self, topic, past=None):
+        rng = self.rng
+        past = rng.random() < 0.3 if past is None else past
+        r = rng.random()
         if r < 0.1:  # question with do-support: "Does the dog chase a cow?"
             plural = rng.random() < 0.5
             aux = "did" if past else ("do" if plural else "does")
-            words = [aux] + self.noun_phrase(topic, plural) + [self.content(topic, 1)]
-            words += self.noun_phrase(topic, rng.random() < 0.5) + ["?"]
+            words = [aux] + self.noun_phrase(topic, plural) + [self.content(topic, 1)] + self.noun_phrase(topic) + ["?"]
         elif r < 0.25:
             words = self.clause(topic, past) + [",", rng.choice(("and", "but", "while", "because"))]
             words += self.clause(topic, past) + ["."]
@@ -143,84 +142,86 @@ def _toy_vocab():
     return list(dict.fromkeys(tokens + sorted(words) + sorted(pieces)))
 
 
+def _write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def _two_topics(rng, same):
+    t1 = rng.choice(list(TOPICS))
+    return t1, t1 if same else rng.choice([t for t in TOPICS if t != t1])
+
+
 def _write_toy(out, rng, n_docs=3000, n_pairs=(4000, 1000, 1000), n_sim=200):
-    grammar, topics = _ToyGrammar(rng), list(TOPICS)
-    (out / "vocab.txt").write_text("\n".join(_toy_vocab()) + "\n", encoding="utf-8")
-    docs = ("\n".join(grammar.document(6, 15)[1]) for _ in range(n_docs))
-    (out / "train.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    (out / "glue").mkdir()
+    grammar = _ToyGrammar(rng)
+    _write(out / "vocab.txt", _toy_vocab())
+    _write(out / "train.txt", ["\n\n".join("\n".join(grammar.document(6, 15)[1]) for _ in range(n_docs))])
     for split, n in zip(("train", "dev", "test"), n_pairs):
-        (out / "glue" / f"{split}.tsv").write_text(_pair_rows(grammar, n, split == "test"), encoding="utf-8")
+        _write(out / "glue" / f"{split}.tsv", _pair_rows(grammar, n, split == "test"))
     # Word similarity in WordSim353 form over single-token words: same topic scores high.
-    single = {t: [w for pos in TOPICS[t] for w in pos.split() if "-" not in w] for t in topics}
+    single = {t: [w for pos in lists for w in pos.split() if "-" not in w] for t, lists in TOPICS.items()}
     rows = ["# toy word similarity (WordSim353 format): word1<TAB>word2<TAB>score in [0, 10]",
             "# same-topic pairs score 7-10, cross-topic pairs 0-3"]
     for i in range(n_sim):
-        t1 = rng.choice(topics)
-        t2 = t1 if i % 2 == 0 else rng.choice([t for t in topics if t != t1])
+        t1, t2 = _two_topics(rng, i % 2 == 0)
         w1, w2 = rng.sample(single[t1], 2) if t1 == t2 else map(rng.choice, (single[t1], single[t2]))
-        score = rng.uniform(7, 10) if t1 == t2 else rng.uniform(0, 3)
-        rows.append(f"{w1}\t{w2}\t{score:.2f}")
-    (out / "wordsim.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        rows.append(f"{w1}\t{w2}\t{rng.uniform(7, 10) if t1 == t2 else rng.uniform(0, 3):.2f}")
+    _write(out / "wordsim.txt", rows)
 
 
 def _pair_rows(grammar, n, test=False):
     """The pair task's TSV: n pairs in random order, half labelled 1 (both sentences about one topic)."""
-    rng, topics = grammar.rng, list(TOPICS)
     labels = [i % 2 for i in range(n)]
-    rng.shuffle(labels)
+    grammar.rng.shuffle(labels)
     rows = ["index\tsentence1\tsentence2" if test else "sentence1\tsentence2\tlabel"]
     for i, label in enumerate(labels):
-        t1 = rng.choice(topics)
-        t2 = t1 if label else rng.choice([t for t in topics if t != t1])
-        s1, s2 = (grammar.sentence(t, rng.random() < 0.3) for t in (t1, t2))
+        s1, s2 = map(grammar.sentence, _two_topics(grammar.rng, label))
         rows.append(f"{i}\t{s1}\t{s2}" if test else f"{s1}\t{s2}\t{label}")
-    return "\n".join(rows) + "\n"
+    return rows
 
 
 def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
     """Sentence-embedding test sets from the toy grammar (RetroMAE's probes), BEIR and STS layout."""
-    grammar, topics = _ToyGrammar(rng), list(TOPICS)
+    grammar = _ToyGrammar(rng)
     # Retrieval: short documents of one topic; a query is one sentence of a document (kept in it:
     # toy documents share nothing else, so a removed sentence would leave no trace of its source).
     # Relevance 2 = the source document, 1 = another document of the same topic.
-    (out / "retrieval" / "qrels").mkdir(parents=True)
     docs = [grammar.document(2, 4) for _ in range(n_docs)]
-    corpus = [json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(sents)}) for i, (_, sents) in enumerate(docs)]
+    _write(out / "retrieval" / "corpus.jsonl",
+           [json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(sents)}) for i, (_, sents) in enumerate(docs)])
     queries, qrels = [], ["query-id\tcorpus-id\tscore"]
     for q in range(n_queries):
         source = rng.randrange(n_docs)
         topic, sents = docs[source]
         queries.append(json.dumps({"_id": f"q{q}", "text": rng.choice(sents)}))
         qrels += [f"q{q}\td{i}\t{2 if i == source else 1}" for i, (t, _) in enumerate(docs) if t == topic]
-    for name, lines in (("corpus.jsonl", corpus), ("queries.jsonl", queries), ("qrels/test.tsv", qrels)):
-        (out / "retrieval" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _write(out / "retrieval" / "queries.jsonl", queries)
+    _write(out / "retrieval" / "qrels" / "test.tsv", qrels)
     # Similarity (STS layout): two-sentence texts; the score counts the second text's sentences
     # that are about the first text's topic (0, 1 or 2).
     rows = ["sentence1\tsentence2\tscore"]
     for _ in range(n_sts):
-        t1, score = rng.choice(topics), rng.randint(0, 2)
-        others = [t for t in topics if t != t1]
-        s1 = " ".join(grammar.sentence(t1, rng.random() < 0.3) for _ in range(2))
-        s2 = " ".join(grammar.sentence(t1 if j < score else rng.choice(others), rng.random() < 0.3) for j in range(2))
+        t1, score = rng.choice(list(TOPICS)), rng.randint(0, 2)
+        others = [t for t in TOPICS if t != t1]
+        s1 = " ".join(grammar.sentence(t1) for _ in range(2))
+        s2 = " ".join(grammar.sentence(t1 if j < score else rng.choice(others)) for j in range(2))
         rows.append(f"{s1}\t{s2}\t{score}")
-    (out / "sts.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _write(out / "sts.tsv", rows)
 
 
 def _generate_once(cache_dir, name, write, seed):
     """The folder `name` of the cache, filled by write(folder, random.Random(seed)) the first time: in a
     temp folder beside it, then renamed into place, so a reader never sees half of it."""
     final = Path(cache_dir or default_cache_dir()) / name
-    if final.is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent) as tmp:
-            write(Path(tmp), random.Random(seed))
-            os.rename(tmp, final)
-    except OSError:  # the temp folder is gone by now
-        if not final.is_dir():  # a concurrent process that won the race is fine
-            raise
+    if not final.is_dir():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=final.parent) as tmp:
+                write(Path(tmp), random.Random(seed))
+                os.rename(tmp, final)
+        except OSError:  # the temp folder is gone by now
+            if not final.is_dir():  # a concurrent process that won the race is fine
+                raise
     return final
 
 
@@ -232,8 +233,7 @@ def toy_corpus(cache_dir=None, seed=0):
 
 def is_toy_vocab(path, cache_dir=None):
     """Is `path` the toy corpus's vocabulary (551 words; a real model's has tens of thousands)?"""
-    return (os.path.isfile(path) and os.path.getsize(path) < 65536
-            and Path(path).read_bytes() == (toy_corpus(cache_dir) / "vocab.txt").read_bytes())
+    return os.path.isfile(path) and filecmp.cmp(path, toy_corpus(cache_dir) / "vocab.txt", shallow=False)
 
 
 def toy_sentence_eval(cache_dir=None, seed=0):
@@ -244,10 +244,8 @@ def toy_sentence_eval(cache_dir=None, seed=0):
 
 
 def toy_pair_eval(cache_dir=None, seed=0, n=5000):
-    """Folder with dev.tsv: n more pairs of the toy pair task (GLUE dev layout), drawn as the corpus's
-    dev split is but from a random stream of their own, so the corpus, its 1,000 dev pairs and every
-    number measured on them stay as they are. study.py scores fine-tuned models on them: 1,000 pairs
-    leave a binomial spread of about 1.3 points on an accuracy near 80%."""
-    write = lambda out, rng: (out / "dev.tsv").write_text(_pair_rows(_ToyGrammar(rng), n), encoding="utf-8")
-    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}", write,
-                          f"pair-eval-{seed}")
+    """Folder with dev.tsv: n more pairs of the toy pair task (GLUE dev layout) from a random stream of
+    their own, so the corpus and every number measured on it stay as they are. study.py scores
+    fine-tuned models on them: 1,000 pairs leave a binomial spread of about 1.3 points near 80%."""
+    write = lambda out, rng: _write(out / "dev.tsv", _pair_rows(_ToyGrammar(rng), n))
+    return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}", write, f"pair-eval-{seed}")
