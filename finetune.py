@@ -26,6 +26,7 @@ import os
 import sys
 import time
 
+from engine import checkpoints, cli, fast, finetuning, folders, hf  # first, before torch loads (engine/__init__.py)
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from data import WordPieceTokenizer, load_tokenizer
-from engine import checkpoints, cli, fast, finetuning, folders, hf
 from engine.finetuning import say
 from engine.runs import setup_distributed
 from engine.tasks import GLUE, TASKS, FinetuneError, chance, find_task, load_split, read_examples, score
