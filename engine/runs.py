@@ -5,6 +5,7 @@ user mistakes are cli.UsageError (docs/robustness.md).
 """
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import platform
@@ -146,31 +147,19 @@ def fingerprint(tokens):
 
 
 def metrics_logger(args):
-    """--log: a function send(step, numbers) that gives TensorBoard (OUT/tensorboard) or Weights & Biases the numbers
-    metrics.jsonl records, or None. Its package is imported only when asked, at once (a missing one is one line);
-    the writer is made at the first numbers."""
-    if args.log is None:
-        return None
+    """--log: send(step, numbers), which gives TensorBoard (OUT/tensorboard) or Weights & Biases the numbers
+    metrics.jsonl records, or None. The package is imported only when asked, at once: a missing one is one line."""
     try:
+        if args.log == "wandb":
+            import wandb
+            return lambda step, numbers: (wandb.run or wandb.init(project="taco", config=vars(args))).log(numbers, step=step)
         if args.log == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
-        else:
-            import wandb
+            writer = functools.cache(lambda: SummaryWriter(os.path.join(args.out, "tensorboard")))  # at the first numbers
+            return lambda step, numbers: [writer().add_scalar(k, v, step) for k, v in numbers.items()] + [writer().flush()]
     except ImportError:
         raise UsageError(f"--log {args.log} needs its package: pip install {args.log}") from None
-    made = []
-
-    def send(step, numbers):
-        if not made:
-            made.append(SummaryWriter(os.path.join(args.out, "tensorboard")) if args.log == "tensorboard" else
-                        wandb.init(project="taco", name=os.path.basename(os.path.abspath(args.out)), config=vars(args)))
-        if args.log == "tensorboard":
-            for name, value in numbers.items():
-                made[0].add_scalar(name, value, step)
-            made[0].flush()
-        else:
-            made[0].log(numbers, step=step)
-    return send
+    return None
 
 
 def commit():
@@ -214,8 +203,11 @@ class Run(contextlib.AbstractContextManager):
             self.restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
             found = (self.master and (args.resume or self.restarted)
                      and checkpoints.latest_checkpoint(args.out, checkpoints.RESUME)) or (None, {})
-            self.resume_from, self.checkpoint = self.share(found[0]), found[1]
-            if self.resume_from and not self.master:  # the checkpoint rank 0 chose
+            self.resume_from, self.checkpoint = [found[0]], found[1]
+            if self.world > 1:  # the checkpoint rank 0 chose
+                dist.broadcast_object_list(self.resume_from, src=0)
+            self.resume_from = self.resume_from[0]
+            if self.resume_from and not self.master:
                 self.checkpoint = self.see(self.resume_from, lambda: checkpoints.read_state(
                     self.resume_from, checkpoints.RESUME), "--out on a disk every node shares")
             if args.resume and not self.resume_from and not self.restarted:
@@ -245,14 +237,6 @@ class Run(contextlib.AbstractContextManager):
         if self.world > 1 and self.master:
             self.store.set(what, "done")
         return result
-
-    def share(self, value):
-        """Rank 0's value (picklable), on every rank."""
-        if self.world == 1:
-            return value
-        box = [value]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
 
     def see(self, path, read, fix, bound=60):
         """read() a file rank 0 wrote at `path`, trying for up to `bound` s (a shared disk may show it late);
