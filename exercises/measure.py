@@ -30,8 +30,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from engine import cli  # noqa: E402
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 
 PAGES = {name: os.path.join(ROOT, "exercises", name) for name in  # the results: after the predictions (answers/)
          ("ex5_ablations.md", "ex6_mlm_vs_taco.md", "ex7_embeddings.md", "answers/results/ex5_ablations.md",
@@ -61,7 +59,7 @@ def cpu_seconds():
 
 def machine(jobs):
     import torch
-    from engine.cli import free_cores
+    from exercises.miniature import free_cores
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
