@@ -56,57 +56,67 @@ def as_student_module(exercise, name):
 
 # (exercise, wrong function, the check that rejects it (with its extra arguments), words of its sentence)
 REJECTED = [
-    # --- exercise 1: the TC loss
-    (1, "no_detach", ex1.check_gradient_reaches_the_anchor_only, (), "the positive is not detached: the gradient reached"),
-    (1, "no_detach", ex1.check_gradient_matches_eq34_token_by_token, (), "the positive and negatives are not detached"),
-    (1, "flipped_sign", ex1.check_orthogonal_closed_form, (), "the sign is flipped"),
-    (1, "uses_h", ex1.check_collapsed_gives_log_k_plus_1, (), "Do you use g = h - e (not h)"),
-    (1, "dot_product", ex1.check_scale_invariant, (), "normalise each g over its hidden dimension"),
-    (1, "dot_product", ex1.check_orthogonal_closed_form, (), "dot products of g, not cosines"),
-    (1, "negatives_off_the_graph", ex1.check_gradient_matches_eq34_token_by_token, (),
-     "no gradient flows through the negatives' cosines"),
-    (1, "positive_off_the_graph", ex1.check_gradient_matches_eq34_token_by_token, (),
-     "no gradient flows through the positive's cosine"),
-    (1, "norm_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "the anchor's norm |g| is computed under detach"),
-    (1, "e_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "no gradient reached e: is e detached"),
-    (1, "h_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "no gradient reached h"),
+    # --- exercise 1: the TC loss (for each wrong solution the first row is its first failure, what --student prints)
+    (1, "per_token_losses", ex1.check_returns_a_scalar, (), "one number per token: each anchor's loss (step 4)? Step 5"),
+    (1, "stops_after_the_samplers", ex1.check_returns_a_scalar, (), "after calling sample_negatives and "
+     "sample_positives (steps 1-2 run): go on with step 3"),
     (1, "h_detached", ex1.check_returns_a_scalar, (), "the loss carries no gradient"),
-    (1, "in_place_g", ex1.check_collapsed_gives_log_k_plus_1, (), "changed its argument `h` in place"),
-    (1, "in_place_g", ex1.check_gradient_matches_eq34_token_by_token, (), "changed one of its inputs in place"),
-    (1, "summed", ex1.check_collapsed_gives_log_k_plus_1, (), "64 times too large, the number of anchors"),
-    (1, "summed", ex1.check_orthogonal_closed_form, (), "the loss is summed over the 64 anchors: take the mean"),
-    (1, "temperature_multiplies", ex1.check_orthogonal_closed_form, (0.5,), "the temperature multiplies the cosines"),
-    (1, "temperature_ignored", ex1.check_orthogonal_closed_form, (), "tau is always 0.07: use the `temperature` argument"),
-    (1, "positive_last", ex1.check_orthogonal_closed_form, (), "the target of the cross-entropy is not the positive"),
-    (1, "padding_anchors", ex1.check_padding_never_used, (), "padding leaked into the loss"),
-    (1, "positions_replace_the_mask", ex1.check_padding_never_used, (), "padding leaked into the loss with `positions` all True"),
-    (1, "positions_ignored", ex1.check_positions_restrict_the_anchors, (), "is `positions` ignored?"),
-    (1, "lone_tokens_are_anchors", ex1.check_value_matches_eq34_token_by_token, (),
-     "a sequence with a single real token counts as an anchor"),
-    (1, "mean_per_sequence", ex1.check_value_matches_eq34_token_by_token, (), "averaged per sequence, then over sequences"),
-    (1, "normalised_over_tokens", ex1.check_scale_invariant, (), "over its hidden dimension (dim=-1)"),
-    (1, "normalised_over_tokens", ex1.check_gradient_reaches_the_anchor_only, (), "normalised over the tokens (dim=1)"),
+    (1, "h_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "no gradient reached h"),
     (1, "window_not_passed", ex1.check_passes_its_arguments_to_the_samplers, (),
      "called with window=3 but called sample_positives with [5]: pass `window` on"),
-    (1, "generator_not_passed", ex1.check_generator_makes_it_reproducible, (), "pass it to both samplers"),
     (1, "generator_not_passed", ex1.check_passes_its_arguments_to_the_samplers, (), "did not pass its `generator`"),
+    (1, "generator_not_passed", ex1.check_generator_makes_it_reproducible, (), "pass it to both samplers"),
+    (1, "in_place_g", ex1.check_returns_a_scalar, (), "changed one of its inputs in place"),
+    (1, "in_place_g", ex1.check_passes_its_arguments_to_the_samplers, (), "changed its argument `h` in place"),
+    (1, "uses_h", ex1.check_collapsed_gives_log_k_plus_1, (), "Do you use g = h - e (not h)"),
+    (1, "summed", ex1.check_collapsed_gives_log_k_plus_1, (), "64 times too large, the number of anchors"),
+    (1, "summed", ex1.check_orthogonal_closed_form, (), "the loss is summed over the 64 anchors: take the mean"),
     (1, "softmax_over_anchors", ex1.check_collapsed_gives_log_k_plus_1, (), "is the softmax taken over the anchors (dim=0)"),
     (1, "temperature_on_the_positive_only", ex1.check_collapsed_gives_log_k_plus_1, (), "divide every logit by tau"),
     (1, "positive_not_in_the_denominator", ex1.check_collapsed_gives_log_k_plus_1, (),
      "the positive is missing from the softmax's denominator"),
     (1, "positive_not_in_the_denominator", ex1.check_orthogonal_closed_form, (),
      "the positive is missing from the softmax's denominator"),
-    (1, "nan_without_anchors", ex1.check_no_anchor_gives_zero, (), "a mean over zero anchors divides 0 by 0"),
-    (1, "softmax_without_the_max", ex1.check_low_temperature_does_not_overflow, (), "exp(100) overflows float32"),
-    (1, "normalised_without_epsilon", ex1.check_zero_global_part, (), "g / |g| is 0 / 0 there"),
-    (1, "temperature_twice", ex1.check_orthogonal_closed_form, (0.5,), "the temperature is applied twice"),
-    (1, "temperature_twice", ex1.check_value_matches_eq34_token_by_token, (), "the temperature is applied twice"),
+    (1, "loss_negated", ex1.check_collapsed_gives_log_k_plus_1, (), "the loss is negated (a flipped sign"),
     (1, "loss_negated", ex1.check_orthogonal_closed_form, (), "the whole loss is negated"),
     (1, "loss_negated", ex1.check_value_matches_eq34_token_by_token, (), "the loss is negated (a flipped sign)"),
     (1, "loss_negated", ex1.check_low_temperature_does_not_overflow, (), "the whole loss is negated"),
+    (1, "dot_product", ex1.check_scale_invariant, (), "normalise each g over its hidden dimension"),
+    (1, "dot_product", ex1.check_orthogonal_closed_form, (), "dot products of g, not cosines"),
+    (1, "normalised_over_tokens", ex1.check_scale_invariant, (), "over its hidden dimension (dim=-1)"),
+    (1, "normalised_over_tokens", ex1.check_gradient_reaches_the_anchor_only, (), "normalised over the tokens (dim=1)"),
+    (1, "flipped_sign", ex1.check_orthogonal_closed_form, (), "the sign is flipped"),
     (1, "flipped_sign", ex1.check_value_matches_eq34_token_by_token, (), "the sign is flipped"),
+    (1, "temperature_multiplies", ex1.check_orthogonal_closed_form, (0.5,), "the temperature multiplies the cosines"),
+    (1, "temperature_ignored", ex1.check_orthogonal_closed_form, (), "tau is always 0.07: use the `temperature` argument"),
+    (1, "positive_last", ex1.check_orthogonal_closed_form, (), "the target of the cross-entropy is not the positive"),
+    (1, "temperature_twice", ex1.check_orthogonal_closed_form, (0.5,), "the temperature is applied twice"),
+    (1, "temperature_twice", ex1.check_value_matches_eq34_token_by_token, (), "the temperature is applied twice"),
+    (1, "positions_ignored", ex1.check_positions_restrict_the_anchors, (), "is `positions` ignored?"),
     (1, "anchor_is_its_own_positive", ex1.check_positions_restrict_the_anchors, (), "is each anchor its own positive"),
     (1, "anchor_is_its_own_positive", ex1.check_value_matches_eq34_token_by_token, (), "each anchor is its own positive"),
+    (1, "no_detach", ex1.check_gradient_reaches_the_anchor_only, (), "the positive is not detached: the gradient reached"),
+    (1, "no_detach", ex1.check_gradient_matches_eq34_token_by_token, (), "the positive and negatives are not detached"),
+    (1, "padding_anchors", ex1.check_padding_never_used, (), "padding leaked into the loss"),
+    (1, "positions_replace_the_mask", ex1.check_padding_never_used, (), "padding leaked into the loss with `positions` all True"),
+    (1, "lone_tokens_are_anchors", ex1.check_padding_never_used, (), "a sequence with a single real token counts as an anchor"),
+    (1, "lone_tokens_are_anchors", ex1.check_value_matches_eq34_token_by_token, (),
+     "a sequence with a single real token counts as an anchor"),
+    (1, "mean_per_sequence", ex1.check_value_matches_eq34_token_by_token, (), "averaged per sequence, then over sequences"),
+    (1, "negatives_off_the_graph", ex1.check_gradient_matches_eq34_token_by_token, (),
+     "no gradient flows through the negatives' cosines"),
+    (1, "positive_off_the_graph", ex1.check_gradient_matches_eq34_token_by_token, (),
+     "no gradient flows through the positive's cosine"),
+    (1, "norm_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "the anchor's norm |g| is computed under detach"),
+    (1, "e_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "no gradient reached e: is e detached"),
+    (1, "nan_without_anchors", ex1.check_no_anchor_gives_zero, (), "a mean over zero anchors divides 0 by 0"),
+    (1, "zero_without_a_graph", ex1.check_no_anchor_gives_zero, (), "your loss is 0 but a constant: no graph"),
+    (1, "softmax_without_the_max", ex1.check_low_temperature_does_not_overflow, (), "exp(100) overflows float32"),
+    (1, "log_of_softmax", ex1.check_low_temperature_positive_points_away, (), "-log(softmax(...)) (or the log of exp / "
+     "sum) rounds the positive's probability, e^-200, to 0"),
+    (1, "max_over_the_whole_matrix", ex1.check_low_temperature_positive_points_away, (),
+     "a max subtracted over the whole matrix, not each anchor's own row"),
+    (1, "normalised_without_epsilon", ex1.check_zero_global_part, (), "g / |g| is 0 / 0 there"),
     # --- exercise 2: the samplers
     (2, "window_too_wide", ex2.check_window_offsets_uniform, (), "the window reaches 3 positions away; W=5 allows 2 (W//2 either side)"),
     (2, "negatives_from_own_sequence_too", ex2.check_negatives_from_other_sequences_never_padding, (),
@@ -203,6 +213,31 @@ REJECTED = [
 ]
 
 
+def ordered_checks(module):
+    """The checks of a test module in the order pytest runs them on a student's stub: each
+    test_X(impl, ...) calls check_X with its parametrized values."""
+    checks = []
+    for name, test in vars(module).items():
+        if name.startswith("test_") and "impl" in inspect.signature(test).parameters:
+            check = getattr(module, "check_" + name[len("test_"):])
+            marks = [m for m in getattr(test, "pytestmark", []) if m.name == "parametrize"]
+            checks += [(check, (value,)) for value in marks[0].args[1]] if marks else [(check, ())]
+    return checks
+
+
+CHECKS = {1: ex1, 2: ex2, 3: ex3, 4: ex4, 6: ex6, 7: ex7}
+
+
+@functools.lru_cache(maxsize=None)
+def first_message(exercise, name):
+    """What `pytest --student` prints as the wrong solution's first failure (None if all pass)."""
+    for check, args in ordered_checks(CHECKS[exercise]):
+        said = message(exercise, name, check, args)
+        if said is not None:
+            return said
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def message(exercise, name, check, args):
     """What `check` says about the wrong solution (None if it passes it)."""
@@ -210,6 +245,8 @@ def message(exercise, name, check, args):
         check(as_student_module(exercise, name), *args)
     except Mistake as err:
         return " ".join(str(err).split())
+    except Exception as err:  # the student's own code failed: the summary names the error
+        return f"{type(err).__name__}: {' '.join(str(err).split())}"
     return None
 
 
@@ -219,6 +256,14 @@ def test_rejected_with_its_sentence(exercise, name, check, args, sentence):
     said = message(exercise, name, check, args)
     assert said is not None, f"{check.__name__} accepted the wrong solution {name}"
     assert sentence in said, said
+
+
+@pytest.mark.parametrize("exercise, name", sorted({(e, n) for e, n, *_ in REJECTED}), ids=lambda x: str(x))
+def test_first_failure_is_the_first_sentence_listed(exercise, name):
+    """`pytest --student` prints a wrong solution's first failure: it is the sentence REJECTED lists first."""
+    words = next(w for e, n, _, _, w in REJECTED if (e, n) == (exercise, name))
+    said = first_message(exercise, name)
+    assert said is not None and words in said, said
 
 
 def fixtures():
