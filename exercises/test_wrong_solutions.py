@@ -177,6 +177,9 @@ REJECTED = [
     (3, "returns_tensors", ex3.check_returns_python_floats, ("score_closed_form",), "must return Python floats"),
     (3, "closed_form_in_the_input_dtype", ex3.check_closed_form_in_bfloat16, (), "compute it in float64"),
     (3, "nan_for_a_lone_token", ex3.check_matches_the_pairs, ("score_closed_form",), "must not divide by zero"),
+    (3, "minus_n_missing", ex3.check_known_values, ("score_brute_force",), "Your intra keeps the n self-pairs"),
+    (3, "normalised_over_tokens", ex3.check_known_values, ("score_brute_force",), "normalised over the tokens (dim=1)"),
+    (3, "unordered_pair_counts", ex3.check_known_values, ("score_brute_force",), "you count unordered pairs"),
     # --- exercise 4: masking
     (4, "all_to_mask", ex4.check_80_10_10, (), "100.0% became [MASK], 0.0% a random token and 0.0% stayed the same: BERT uses 80% / 10% / 10%"),
     (4, "specials_too", ex4.check_labels_and_untouched_tokens, (), "special tokens ([CLS], [SEP] or [PAD]) were chosen for prediction"),
