@@ -53,6 +53,12 @@ def check_speedup(impl):
             got = call(impl.speedup, baseline, other, better)
         except (TypeError, ZeroDivisionError) as err:
             steps = [impl.first_step_reaching(c, baseline[-1][1], better) for c in (baseline, other)]
+            expect(None in steps or not isinstance(err, TypeError),
+                   f"speedup({baseline}, {other}, higher_is_better={better}) failed in your code with "
+                   f"{type(err).__name__}: {err}. With the baseline's final value ({baseline[-1][1]}) as the target, "
+                   f"first_step_reaching gives {steps[0]} (the baseline) and {steps[1]} (the other): two steps, "
+                   f"nothing to divide by None. Your code's target is another number: the final value of `other`, or "
+                   f"a best value? The target of both curves is baseline[-1][1]")
             raise Mistake(f"speedup({baseline}, {other}, higher_is_better={better}) failed in your code with "
                           f"{type(err).__name__}: {err}. For these curves first_step_reaching returns {steps[0]!r} "
                           f"(the baseline) and {steps[1]!r} (the other): speedup is the ratio of two steps, or None "

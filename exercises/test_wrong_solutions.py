@@ -21,6 +21,7 @@ from exercises import test_ex6_mlm_vs_taco as ex6
 from exercises import test_ex7_embeddings as ex7
 from exercises._check import Mistake
 from exercises.solutions import ex6_mlm_vs_taco as ref6
+from exercises.solutions import ex7_embeddings as ref7
 from exercises.wrong import ex1_tc_loss as wrong1
 from exercises.wrong import ex2_samplers as wrong2
 from exercises.wrong import ex3_contextual_score as wrong3
@@ -50,8 +51,8 @@ def as_student_module(exercise, name):
             return types.SimpleNamespace(first_step_reaching=fn, speedup=ref6.speedup)
         return types.SimpleNamespace(first_step_reaching=ref6.first_step_reaching, speedup=fn)
     if name.startswith("freeze"):
-        return types.SimpleNamespace(freeze_embeddings=fn)
-    return types.SimpleNamespace(untie_embeddings=fn)
+        return types.SimpleNamespace(freeze_embeddings=fn, untie_embeddings=ref7.untie_embeddings)
+    return types.SimpleNamespace(freeze_embeddings=ref7.freeze_embeddings, untie_embeddings=fn)
 
 
 # (exercise, wrong function, the check that rejects it (with its extra arguments), words of its sentence)
@@ -221,6 +222,8 @@ REJECTED = [
     (6, "speedup_none_not_tested", ex6.check_speedup, (), "test for None before dividing"),
     (6, "speedup_returns_text", ex6.check_speedup, (), "return the ratio as a number (or None), not text"),
     (6, "speedup_of_pairs", ex6.check_speedup, (), "failed in your code with TypeError"),
+    (6, "speedup_target_from_the_other_curve", ex6.check_speedup, (), "Your code's target is another number: the "
+     "final value of `other`"),
     # --- exercise 7: embeddings
     (7, "freeze_word_only", ex7.check_freeze, (), "bert.embeddings.norm.bias, bert.embeddings.norm.weight, "
      "bert.embeddings.position.weight, bert.embeddings.token_type.weight changed: freeze the whole embedding layer"),
