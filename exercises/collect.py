@@ -115,8 +115,9 @@ def reasons(laptops):
             guess = (data.get("predictions") or {}).get(name) or {}
             if name not in data["results"] or not (guess.get("ctx") or guess.get("wordsim") or guess.get("why")):
                 continue
-            marks = [f"{guess.get(k) or '–'}" + ("" if not guess.get(k) else " ✓" if guess[k] == measured(data, name, k)
-                                                else " ✗") for k in ("ctx", "wordsim")]
+            marks = [guess.get(k) or "–" for k in ("ctx", "wordsim")]
+            marks = [m if m == "–" else m + (" ✓" if m == measured(data, name, k) else " ✗")
+                     for m, k in zip(marks, ("ctx", "wordsim"))]
             why = " ".join(str(guess.get("why") or "").split()) or "(no reason given)"
             said.append(f"  - {data['name']}: {' / '.join(marks)}: {why}")
         if said:

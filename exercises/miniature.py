@@ -22,6 +22,8 @@ import contextlib
 import json
 import multiprocessing
 import os
+import platform
+import subprocess
 import sys
 import time
 
@@ -108,6 +110,26 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
     checkpoints.write_json(os.path.join(out, "miniature.json"), {
         "args": {k: v for k, v in vars(get_args(argv)).items() if k not in RESUMABLE}, "result": result})
     return out, result
+
+
+def commit():
+    """The checked-out commit (short), "+ uncommitted changes" if tracked files differ from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        return head + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+
+
+def cpu_name():
+    """The processor's model name: one thread's float sums, and so the runs' last digits, depend on it."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def free_cores():

@@ -136,6 +136,12 @@ def main(argv=None):
     p.add_argument("--negatives", type=int, default=50, help="K")
     p.add_argument("--temperature", type=float, default=0.07, help="tau")
     args = p.parse_args(argv)
+    from exercises.miniature import threads
+    with threads(1):  # one thread, as the miniature runs and the notebook: the same numbers on any machine with this CPU
+        return trace_all(args)
+
+
+def trace_all(args):
     try:
         if args.batch < 2 or args.anchor is not None and not 0 < args.anchor < args.max_len - 1:
             raise UsageError("--batch must be >= 2 (negatives come from other sequences) and --anchor inside the block")
