@@ -85,6 +85,8 @@ def step_reached(out, drawn, B, T, H, K):
     if shape in per_token() | per_token(1):
         return (f"It returns a {shape} tensor, one number per token: each anchor's loss (step 4)? Step 5 averages it "
                 f"over the anchors (real tokens, in `positions`, of sequences with >= 2 real tokens)")
+    if out.numel() == 1:
+        return f"It returns a tensor of shape {shape}: the loss as a 0-dim tensor, please (.mean() without keepdim)"
     return f"It returns a tensor of shape {shape}{done}"
 
 
@@ -285,7 +287,7 @@ def check_no_anchor_gives_zero(impl):
         expect(value == 0.0, f"with no anchor at all ({what}) your loss is {value}: a mean over zero anchors divides "
                              f"0 by 0{' (torch.stack of an empty list fails, .mean() of nothing is nan)' if value != value else ''}"
                              f"; return 0 there (divide the sum by the number of anchors clamped to >= 1)")
-        expect(isinstance(loss, torch.Tensor) and loss.requires_grad and loss.dtype == h_.dtype,
+        expect(isinstance(loss, torch.Tensor) and loss.grad_fn is not None and loss.dtype == h_.dtype,
                f"with no anchor at all ({what}) your loss is 0 but a constant: no graph (loss.backward() fails: "
                f"'does not require grad'), and torch.tensor(0.0) sits on the CPU whatever device h is on. Make the "
                f"0 from the per-anchor losses, so that it stays on the graph and on h's device: their sum divided by "

@@ -112,6 +112,7 @@ REJECTED = [
     (1, "e_detached", ex1.check_gradient_matches_eq34_token_by_token, (), "no gradient reached e: is e detached"),
     (1, "nan_without_anchors", ex1.check_no_anchor_gives_zero, (), "a mean over zero anchors divides 0 by 0"),
     (1, "zero_without_a_graph", ex1.check_no_anchor_gives_zero, (), "your loss is 0 but a constant: no graph"),
+    (1, "zero_as_a_new_leaf", ex1.check_no_anchor_gives_zero, (), "your loss is 0 but a constant: no graph"),
     (1, "softmax_without_the_max", ex1.check_low_temperature_does_not_overflow, (), "exp(100) overflows float32"),
     (1, "log_of_softmax", ex1.check_low_temperature_positive_points_away, (), "-log(softmax(...)) (or the log of exp / "
      "sum) rounds the positive's probability, e^-200, to 0"),

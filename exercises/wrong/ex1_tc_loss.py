@@ -462,3 +462,14 @@ def stops_after_the_samplers(h, e, attention_mask=None, window=5, num_negatives=
     z = F.normalize(h - e, dim=-1).reshape(B * T, H)  # noqa: F841
     pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)  # noqa: F841
     raise NotImplementedError  # BUG: steps 3-5 to go
+
+
+def zero_as_a_new_leaf(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                       positions=None):
+    """Bug: no anchor handled by a new tensor that requires grad: backward runs, but nothing reaches the model, and
+    the zero sits on the CPU whatever h's device."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    if not anchors.any():
+        return torch.tensor(0.0, requires_grad=True)  # BUG
+    loss = F.cross_entropy(cos / temperature, torch.zeros(len(cos), dtype=torch.long), reduction="none")
+    return loss[anchors].mean()
