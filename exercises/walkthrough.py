@@ -88,7 +88,7 @@ def trace(encoder, ids, tok, anchor, window, K, tau, title):
 
 
 def explain_init(r, K, tau):
-    print("Why about log(K+1) at initialisation: if every cosine were equal (collapsed representations), every")
+    print("Why near log(K+1), and above it, at initialisation: if every cosine were equal (collapsed states), every")
     print(f"logit would be equal and the softmax uniform over the K+1 = {K + 1} candidates: loss = log(K+1) exactly.")
     print(f"At init the positive is no closer than the negatives (gap {r['gap']:+.3f} in cosine), so the model is at")
     print("chance; only the random spread of the cosines, magnified by 1/tau, moves the loss off log(K+1): for")
