@@ -289,7 +289,8 @@ def check_no_anchor_gives_zero(impl):
                              f"; return 0 there (divide the sum by the number of anchors clamped to >= 1)")
         expect(isinstance(loss, torch.Tensor) and loss.grad_fn is not None and loss.dtype == h_.dtype,
                f"with no anchor at all ({what}) your loss is 0 but a constant: no graph (loss.backward() fails: "
-               f"'does not require grad'), and torch.tensor(0.0) sits on the CPU whatever device h is on. Make the "
+               f"'does not require grad'; a new tensor made with requires_grad=True reaches nothing), and "
+               f"torch.tensor(0.0) sits on the CPU whatever device h is on. Make the "
                f"0 from the per-anchor losses, so that it stays on the graph and on h's device: their sum divided by "
                f"the number of anchors clamped to >= 1")
         loss.backward()

@@ -96,7 +96,7 @@ def check_labels_and_untouched_tokens(impl):
 
 def check_chosen_per_token(impl):
     """Short sequences ([CLS] + 3 or 4 words + [SEP]): each word chosen by its own draw, so a 3-word
-    sequence is chosen from 1 - 0.85^3 = 39% of the time and the count per sequence varies."""
+    sequence has a word chosen 1 - 0.85^3 = 39% of the time, and the count per sequence varies."""
     p, B, T = 0.15, 4000, 8
     gen = torch.Generator().manual_seed(5)
     words = normal_ids(TOK)[torch.randint(len(normal_ids(TOK)), (B, T), generator=gen)]
