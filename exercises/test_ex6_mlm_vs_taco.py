@@ -84,9 +84,14 @@ def test_miniature_runs(tmp_path, request):
     (the student's in --student mode, else the reference)."""
     import importlib
 
+    import pytest
+
     from exercises import ex6_mlm_vs_taco
     from exercises.conftest import implementations
-    impl = importlib.import_module(implementations(EXERCISE, request.config)[0])
+    names = implementations(EXERCISE, request.config)
+    if not names:  # a hand-out copy run without --student: no reference to draw the speed-ups with
+        pytest.skip("no reference here: run with --student")
+    impl = importlib.import_module(names[0])
     results = ex6_mlm_vs_taco.main(["--steps", "2", "--ft_pairs", "0", "--out", str(tmp_path), "--pictures", str(tmp_path), "--json",
                                     str(tmp_path / "r.json")], functions=impl)
     assert set(results) == {"mlm", "taco"} and (tmp_path / "r.json").exists()
