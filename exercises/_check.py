@@ -14,10 +14,12 @@ def expect(ok, message):
         raise Mistake(message)
 
 
-def call(fn, *args, **kwargs):
+def call(fn, *args, global_seed=0, **kwargs):
     """fn(*args, **kwargs), saying so plainly if the stub is still empty, or if it changed one of
     its tensor arguments in place (the caller still needs them: the MLM head reads h, the data
-    loader reuses input_ids)."""
+    loader reuses input_ids). PyTorch's global random state is seeded with `global_seed` for the
+    call and restored after it: a function that ignores its `generator` gets the same verdict on
+    every run (the checks vary global_seed to find it), and the caller's random state is untouched."""
     __tracebackhide__ = True
     try:
         named = inspect.signature(fn).bind(*args, **kwargs).arguments
@@ -25,7 +27,9 @@ def call(fn, *args, **kwargs):
         named = {}
     before = {k: v.detach().clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
     try:
-        out = fn(*args, **kwargs)
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(global_seed)
+            out = fn(*args, **kwargs)
     except NotImplementedError:
         raise Mistake(f"{fn.__module__}.{fn.__name__} is not written yet (it raises NotImplementedError): "
                       f"fill it in, following its page") from None

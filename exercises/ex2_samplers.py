@@ -10,8 +10,10 @@ import torch
 
 def sample_positives(real, window, generator=None):
     """One positive per token: another real token of the same sequence, at an offset drawn
-    uniformly from {-W//2, ..., -1, 1, ..., W//2} (W = window, odd). Where that offset leaves the
-    sequence or lands on padding, any real token of the same sequence other than the anchor will do.
+    uniformly from -(W//2), ..., -1, 1, ..., W//2 (W = window; mind the brackets: -5//2 is -3 in
+    Python). An even W counts as W + 1, as in taco.py: W = 10 reaches 5 positions either side. Where
+    that offset leaves the sequence or lands on padding, any real token of the same sequence other
+    than the anchor will do.
 
     real: (B, T) bool, True = real token. Returns (B, T) long flat indices. At padding slots, and
     for a sequence with fewer than 2 real tokens, return anything (e.g. -1): it is never used.

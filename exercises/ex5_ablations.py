@@ -13,8 +13,6 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from engine import cli  # noqa: E402
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 
 # setting -> the taco.py flags that change it (everything else is exercises/miniature.py's MINI)
 SETTINGS = {
@@ -81,7 +79,7 @@ def run(settings, out, seed, steps, ft_pairs, predictions, jobs=0):
 def main(argv=None):
     from engine import cli
     from engine import checkpoints
-    from exercises.miniature import choose, driver_args
+    from exercises.miniature import MINI, choose, driver_args
     p = driver_args("Exercise 5: TACO's W, K, tau and lambda, measured against your predictions.")
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated, from: " + ", ".join(SETTINGS))
     args = p.parse_args(argv)
@@ -91,7 +89,8 @@ def main(argv=None):
         names = choose(args.settings, SETTINGS, "setting")
         results = run(names, args.out, args.seed, args.steps, args.ft_pairs, PREDICTIONS, args.jobs)
         if args.json:  # one laptop's file; exercises/collect.py gathers the class's into one table
-            checkpoints.write_json(args.json, {"exercise": "ex5_ablations", "seed": args.seed, "steps": args.steps,
+            checkpoints.write_json(args.json, {"exercise": "ex5_ablations", "seed": args.seed,
+                                               "steps": args.steps or MINI["steps"],
                                                "predictions": PREDICTIONS, "results": results})
     return results
 

@@ -2,7 +2,7 @@
 but everything still runs (the training exercises 5-7, the walkthrough, taco.py itself).
 
     python exercises/handout.py ../taco-student                  # a folder to zip or push for the class
-    python exercises/handout.py ../taco-student --force          # replace an earlier hand-out there
+    python exercises/handout.py ../taco-student --force          # replace what is there (an earlier hand-out)
     python exercises/handout.py ../taco-results --with_results   # after the predictions: exercises 5-7's results
 
 The copy is built from the COMMITTED files (git archive of HEAD, or of --commit), never from the
@@ -39,10 +39,8 @@ import zlib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from engine import cli  # noqa: E402
-cli.start(__name__)  # first: Ctrl-C / SIGTERM / SIGHUP are one line from now on
 
-from engine import folders  # noqa: E402
+from engine import cli, folders  # noqa: E402
 from engine.cli import UsageError  # noqa: E402
 
 # module -> functions (or classes) whose bodies the copy hides: (name, required). A required name
@@ -245,8 +243,8 @@ def fill(folder, files, sha, with_results=False):
 
 def build(out, root=ROOT, force=False, commit="HEAD", with_results=False):
     """Build the hand-out of `root`'s committed files at `out`, written whole by engine/folders.py: an
-    interrupted build leaves nothing, and with `force` an earlier hand-out is replaced, never a folder
-    handout.py did not write, nor the repository or a folder above it. -> (sha, files, report, uncommitted)."""
+    interrupted build leaves nothing; a non-empty folder there is replaced only with `force`, never the
+    repository or a folder above it. -> (sha, files, report, uncommitted)."""
     out = os.path.abspath(out)
     if folders.inside(out, root):
         raise UsageError(f"{out} is inside the repository; build the hand-out outside it")
@@ -264,7 +262,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="Build a student copy of taco from its committed files: the exercises' "
                                             "answers hidden, the rest runs.")
     p.add_argument("out", help="the folder to create (outside the repository)")
-    p.add_argument("--force", action="store_true", help="replace a hand-out this script wrote there earlier")
+    p.add_argument("--force", action="store_true", help="replace the non-empty folder there (an earlier hand-out)")
     p.add_argument("--commit", default="HEAD", help="the commit to build from (default: HEAD)")
     p.add_argument("--with_results", action="store_true", help="add exercises 5-7's measured tables and conclusions "
                    "(exercises/answers/results/): hand these out after the predictions")

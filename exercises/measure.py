@@ -18,20 +18,18 @@ answers/results/ex5_ablations.md ... (the tables and the conclusions) and TEACHE
 import argparse
 import contextlib
 import datetime
+import json
 import os
 import platform
 import re
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from engine import cli  # noqa: E402
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 
 PAGES = {name: os.path.join(ROOT, "exercises", name) for name in  # the results: after the predictions (answers/)
          ("ex5_ablations.md", "ex6_mlm_vs_taco.md", "ex7_embeddings.md", "answers/results/ex5_ablations.md",
@@ -42,17 +40,6 @@ LABEL5 = {"baseline": "baseline (W=5, K=50, τ=0.07, λ=1)", "W=15": "W=15", "K=
 
 # ----------------------------------------------------------------------------- where and how it ran
 
-def commit():
-    """The checked-out commit (short), "+ uncommitted changes" if tracked files differ from it."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    try:
-        head = git("rev-parse", "--short", "HEAD")
-        return head + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-
-
 def cpu_seconds():
     """User + system CPU seconds of this process and of its finished children (the pool's workers)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -61,15 +48,19 @@ def cpu_seconds():
 
 def machine(jobs):
     import torch
-    from engine.cli import free_cores
+    from exercises.miniature import commit, cpu_name, free_cores
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return {"commit": commit(), "date": datetime.date.today().isoformat(), "threads_per_run": 1,
-            "jobs": jobs or free_cores(), "cores": cores, "load_at_start": load, "cpu": platform.processor() or
-            platform.machine(), "torch": torch.__version__, "python": platform.python_version()}
+            "jobs": jobs or free_cores(), "cores": cores, "load_at_start": load, "cpu": cpu_name(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def cpu_of(info):
+    return info.get("cpu") or "an unrecorded CPU"
 
 
 # ----------------------------------------------------------------------------- running the exercises
@@ -134,9 +125,10 @@ def tables(r, seeds, info):
         f"commit {info['commit']}, not the final code; the final ones, over seeds 0, 1, 2, are written here by "
         f"`python exercises/measure.py --update_pages`. Until then, read them as an example of the layout.")
     note = (f"Measured with `python exercises/measure.py` (seed{'s' if len(seeds) > 1 else ''} "
-            f"{', '.join(map(str, seeds))}) at commit "
-            f"{info['commit']}, {info['date']}, one thread per run, {info['jobs']} run(s) side by side on "
-            f"{info['cores']} cores (load average at the start {info['load_at_start']}); mean (min – max over the seeds).")
+            f"{', '.join(map(str, seeds))}) at commit {info['commit']}, {info['date']}, on {cpu_of(info)}, one "
+            f"thread per run, {info['jobs']} run(s) side by side on {info['cores']} cores (load average at the start {info['load_at_start']}); mean (min – max over the "
+            f"seeds). One thread gives the same numbers on every machine with this CPU; another CPU may differ in the "
+            f"last digits.")
     t["ex5-table"] = note + "\n\n| setting | contextual score | wordsim ρ | held-out MLM loss |\n| --- | --- | --- | --- |\n" + "\n".join(
         f"| {LABEL5[name]} | {spread([ex5[s][name]['ctx'] for s in seeds])} | "
         f"{spread([ex5[s][name]['wordsim'] for s in seeds])} | {spread([ex5[s][name]['eval_mlm_loss'] for s in seeds])} |"
@@ -187,15 +179,15 @@ def tables(r, seeds, info):
                        ("ex7", "`python exercises/ex7_embeddings.py` after exercise 5 (4 new runs)")):
         took = r["time"][name]
         t[f"{name}-time"] = (f"**Time:** {what} took {took['wall_s']:.0f} s wall and {took['cpu_s']:.0f} CPU-s, with "
-                             f"{info['jobs']} run(s) side by side on {info['cores']} cores (load average at the start "
-                             f"{info['load_at_start']}), commit {info['commit']}; {per_run}. "
+                             f"{info['jobs']} run(s) side by side on {info['cores']} cores of {cpu_of(info)} (load "
+                             f"average at the start {info['load_at_start']}), commit {info['commit']}; {per_run}. "
                              f"On a laptop with more free cores more runs go side by side.")
     t["teachers-time"] = "\n".join(
         f"| {n} | " + f"{r['time'][k]['wall_s'] / 60:.1f} min wall, {r['time'][k]['cpu_s']:.0f} CPU-s |"
         for n, k in (("5 ablations (6 runs)", "ex5"), ("6 MLM vs TACO from scratch (2 runs)", "ex6"),
                      ("7 embeddings after 5 (4 runs)", "ex7")))
     t["teachers-time"] = (f"Measured by `python exercises/measure.py` at commit {info['commit']} on {info['cores']} "
-                          f"cores, {info['jobs']} run(s) side by side, one thread each (load at the start "
+                          f"cores of {cpu_of(info)}, {info['jobs']} run(s) side by side, one thread each (load at the start "
                           f"{info['load_at_start']}); {per_run}.\n\n| exercise | computer time |\n| --- | --- |\n"
                           + t["teachers-time"])
     return t
@@ -257,8 +249,12 @@ def update_pages(t):
 
 def from_json(path, update):
     """The tables and claims of an earlier measurement (its --json file)."""
-    from engine import checkpoints, cli
-    saved = checkpoints.read_json(path)
+    from engine import cli
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as err:
+        raise cli.UsageError(f"--tables_from {path}: {cli.reason(err)}") from None
     try:
         r = {k: ({int(s): v for s, v in x.items()} if k.startswith("ex") else x) for k, x in saved["results"].items()}
         for seed in r["ex6"]:  # JSON made the curves' (step, value) pairs lists
@@ -304,7 +300,8 @@ def main(argv=None):
         if args.tables_from:
             return from_json(args.tables_from, args.update_pages)
         info = machine(args.jobs)
-        print(f"commit {info['commit']} | torch {info['torch']} | {info['cores']} cores, load {info['load_at_start']} "
+        print(f"commit {info['commit']} | {info['cpu']} | torch {info['torch']} | {info['cores']} cores, load "
+              f"{info['load_at_start']} "
               f"| 1 thread per run, {info['jobs']} run(s) side by side | seeds {args.seeds}"
               + (f" | {args.steps} steps (a trial: the numbers are not the pages')" if args.steps else ""), flush=True)
         t0, c0 = time.time(), cpu_seconds()

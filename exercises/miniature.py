@@ -22,6 +22,8 @@ import contextlib
 import json
 import multiprocessing
 import os
+import platform
+import subprocess
 import sys
 import time
 
@@ -110,6 +112,32 @@ def pretrain(root, flags=(), seed=0, steps=None, quiet=True, n_threads=1):
     return out, result
 
 
+def commit():
+    """The checked-out commit (short), "+ uncommitted changes" if tracked files differ from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        return head + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+
+
+def cpu_name():
+    """The processor's model name: one thread's float sums, and so the runs' last digits, depend on it."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def free_cores():
+    """Cores this process may use, less the machine's load (1-minute average); at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # (macOS)
+    return max(1, min(cores, round(cores - os.getloadavg()[0])))
+
+
 def _one_thread():  # each worker process of pretrain_all, at its start
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
@@ -117,13 +145,13 @@ def _one_thread():  # each worker process of pretrain_all, at its start
 
 def pretrain_all(root, specs, steps=None, jobs=0, log=print):
     """Pre-train every (flags, seed) of `specs` into root, reusing finished ones; the others side by
-    side in `jobs` processes of one thread each (0: as many as cli.free_cores()). -> [(run dir, result)]
+    side in `jobs` processes of one thread each (0: as many as free_cores()). -> [(run dir, result)]
     in the order of `specs`. Every run checks its flags first: a mistake stops all before any work."""
     for flags, seed in specs:
         check_args(get_args(_settings(root, flags, seed, steps)[1]), 1)
     results = {i: finished(root, flags, seed, steps) for i, (flags, seed) in enumerate(specs)}
     todo = [i for i, (_, r) in results.items() if r is None]
-    jobs = min(jobs or cli.free_cores(), len(todo)) if todo else 0
+    jobs = min(jobs or free_cores(), len(todo)) if todo else 0
     if todo:
         log(f"pre-training {len(todo)} miniature run(s) of {len(specs)} ({len(specs) - len(todo)} reused), "
             f"{jobs} side by side, 1 thread each ...")

@@ -74,7 +74,8 @@ def check_positive_is_another_real_token_of_the_sequence(impl):
 
 
 def check_window_offsets_uniform(impl, window=5):
-    """Tokens away from the edges: offsets uniform over +-1..+-W//2, in one call."""
+    """Tokens away from the edges: offsets uniform over +-1..+-W//2, in one call (an even W counts as
+    W + 1, as in taco.py: W = 10 reaches 5 either side)."""
     B, T, w = 64, 64, window // 2
     real = torch.ones(B, T, dtype=torch.bool)
     pos = call(impl.sample_positives, real, window, torch.Generator().manual_seed(1))
@@ -88,21 +89,31 @@ def check_window_offsets_uniform(impl, window=5):
     expect(beyond == 0, f"{beyond} tokens away from the edges got a positive outside the window (up to "
                         f"{int(offset.abs().max())} positions away); W={window} allows {w}")
     expect(bool((offset != 0).all()), "a positive is the anchor itself (offset 0); offsets are +-1..+-W//2")
-    expect(not bool((inner == inner[:, :1]).all()), "every token of a sequence got the same offset: draw one "
-                                                    "offset per token, not one per sequence")
     slots = [d for d in range(-w, w + 1) if d != 0]
     counts = torch.stack([(offset == d).sum() for d in slots])
     missing = [d for d, c in zip(slots, counts.tolist()) if c == 0]
+    expect(not (window % 2 == 0 and missing == [-w, w]),
+           f"W={window} is even: taco.py counts an even window as W + 1, so positives reach W//2 = {w} positions "
+           f"either side ({slots}); yours never reach {w} ((W - 1) // 2 = {(window - 1) // 2}?)")
     expect(not missing, f"with W={window} the offsets {slots} should be equally likely, but {missing} never "
                         f"occurred (counts {counts.tolist()}): draw on both sides of the anchor, from 1 to W//2")
+    expect(not bool((inner == inner[:, :1]).all()), "every token of a sequence got the same offset: draw one "
+                                                    "offset per token, not one per sequence")
     agree = (inner == inner[:1]).double().mean().item()  # same offset as sequence 0 at the same position: 1 / (2w)
     expect(agree < 1 / (2 * w) + 0.1, f"{100 * agree:.0f}% of the tokens got the same offset as the token at the same "
                                       f"position of sequence 0 (independent draws agree {100 / (2 * w):.0f}% of the "
                                       f"time): draw one offset per token of every sequence, shape (B, T), not one "
                                       f"per position shared by the batch")
+    ends, middle = counts[[0, -1]].double(), counts[1:-1].double()
+    expect(w < 2 or not bool((ends < 0.75 * middle.mean()).all()),
+           f"with W={window} the offsets {slots} should be equally likely, but the outermost, -{w} and {w}, came about "
+           f"half as often as the others (counts {counts.tolist()}): round() gives the two ends of a range half the "
+           f"chance; floor the uniform number instead (.long(), .floor()) or draw with torch.randint")
     ok, stat = chi2_ok(counts, torch.full((len(slots),), len(offset) / len(slots)))
     expect(ok, f"with W={window} the offsets {slots} should be equally likely; one call gave counts "
                f"{counts.tolist()} (chi-square {stat:.0f})")
+
+
 def check_negatives_from_other_sequences_never_padding(impl):
     """Every negative of every real anchor, over three seeds: from another sequence, a real token."""
     lengths, T, left = [16, 11, 6, 3, 1], 16, (1, 3)
@@ -141,6 +152,9 @@ def check_negatives_uniform_over_tokens(impl):
              f"equally likely")
     expect(not bool((mine == mine[:1]).all()), f"every token of sequence {b} drew the same {K} negatives: draw "
                                                f"them independently for each anchor")
+    expect(not bool((mine == mine[:, :1]).all()), f"each anchor's {K} negatives are one token repeated {K} times: "
+                                                  f"draw K independent negatives per anchor, shape (B, T, K), not one "
+                                                  f"draw expanded or repeated K times")
     tokens = torch.cat([c * T + real[c].nonzero().flatten() for c in others])
     counts = torch.stack([(draws == i).sum() for i in tokens])
     never = tokens[counts == 0].tolist()  # each is expected ~35 times: never drawn means never drawable
@@ -163,15 +177,50 @@ def check_negatives_uniform_over_tokens(impl):
                f"{len(tokens)} tokens; least drawn {int(counts.min())}, most {int(counts.max())} times)")
 
 
+def check_pool_ends_drawn_like_the_rest(impl):
+    """Small pools drawn from thousands of times: every real token of the other sequences at the same
+    rate, the first and last of the pool too (rounding a uniform number to an index halves the ends)."""
+    lengths, T, K = [3, 2, 4, 1, 3], 4, 3000
+    real = padded(lengths, T, left=(1, 4))
+    neg = call(impl.sample_negatives, real, K, torch.Generator().manual_seed(6))
+    for b, n in enumerate(lengths):
+        if n < 2:  # a lone token is no anchor: its negatives are never used
+            continue
+        draws = neg[b][real[b]].flatten()
+        tokens = torch.cat([c * T + real[c].nonzero().flatten() for c in range(len(lengths)) if c != b])
+        counts = torch.bincount(draws.clamp(min=0), minlength=len(lengths) * T)[tokens]
+        expected = len(draws) / len(tokens)
+        few = counts < 0.7 * expected
+        low, seen = tokens[few].tolist(), ", ".join(str(int(c)) for c in counts[few])
+        expect(not low, f"the negatives of sequence {b} drew {', '.join(where(p, T) for p in low)} about half as "
+                        f"often as the other tokens of the pool ({seen} times in {len(draws)} draws, expected "
+                        f"{expected:.0f}): rounding a uniform number "
+                        f"to an index, round(u * (n - 1)), gives the two ends of the range half the chance; floor it "
+                        f"(.long(), .floor()) or draw with torch.randint")
+
+
 def check_generator_makes_it_reproducible(impl):
-    real = padded([12, 9, 5], 12)
-    for name, arg in (("sample_positives", 5), ("sample_negatives", 7)):
+    """Every random number from `generator`: seeded alike, the same draws whatever PyTorch's global
+    random state; other seeds, others; two calls with one generator, others (it advances). The batch is
+    short and padded so that most positives need the fallback, whose draws must come from `generator` too."""
+    real = padded([3, 4, 5, 6, 3, 4], 8, left=(1, 4))
+    for name, arg in (("sample_positives", 7), ("sample_negatives", 7)):
         fn = getattr(impl, name)
-        a, b = (call(fn, real, arg, torch.Generator().manual_seed(4)) for _ in range(2))
-        expect(torch.equal(a, b), f"{name}: two calls with generators seeded alike gave different indices; "
-                                  f"draw every random number from `generator`")
-        c = call(fn, real, arg, torch.Generator().manual_seed(5))
+
+        def draw(generator, global_seed=0):
+            return call(fn, real, arg, generator, global_seed=global_seed)[real]  # padding slots: anything goes
+        a, b = draw(torch.Generator().manual_seed(4)), draw(torch.Generator().manual_seed(4), global_seed=1)
+        expect(torch.equal(a, b), f"{name}: two calls with generators seeded alike gave different indices when "
+                                  f"PyTorch's global random state differed: something is drawn without `generator` "
+                                  f"(torch.rand(..., generator=generator) for every random number"
+                                  + (", the fallback's too)" if name == "sample_positives" else ")"))
+        c = draw(torch.Generator().manual_seed(5))
         expect(not torch.equal(a, c), f"{name}: generators with other seeds gave the same indices; is `generator` used?")
+        shared = torch.Generator().manual_seed(4)
+        expect(not torch.equal(draw(shared), draw(shared)),
+               f"{name}: two calls with one generator gave the same indices: draw from `generator` itself, which "
+               f"advances with every draw, not from a copy of it or a new generator seeded from it (every step of "
+               f"a run would get the same {'positives' if name == 'sample_positives' else 'negatives'})")
 
 
 def test_shapes(impl):
@@ -182,7 +231,7 @@ def test_positive_is_another_real_token_of_the_sequence(impl):
     check_positive_is_another_real_token_of_the_sequence(impl)
 
 
-@pytest.mark.parametrize("window", [3, 5, 7])
+@pytest.mark.parametrize("window", [3, 5, 10])
 def test_window_offsets_uniform(impl, window):
     check_window_offsets_uniform(impl, window)
 
@@ -193,6 +242,10 @@ def test_negatives_from_other_sequences_never_padding(impl):
 
 def test_negatives_uniform_over_tokens(impl):
     check_negatives_uniform_over_tokens(impl)
+
+
+def test_pool_ends_drawn_like_the_rest(impl):
+    check_pool_ends_drawn_like_the_rest(impl)
 
 
 def test_generator_makes_it_reproducible(impl):

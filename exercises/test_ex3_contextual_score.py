@@ -46,14 +46,18 @@ def check_known_values(impl, name):
     got = call(fn, h, torch.ones(2, 5, dtype=torch.bool))
     expect(isinstance(got, dict) and {"intra", "inter", "score"} <= got.keys(),
            f"{name} must return a dict with intra, inter and score, got {got!r}")
+    real = torch.ones(2, 5, dtype=torch.bool)
     expect(close(got, {"intra": 1.0, "inter": 1.0, "score": 0.0}),
            f"{name}: when every token has the same vector, every cosine is 1: intra = inter = 1, score 0; got {got}"
-           + (" Cosines, not dot products: normalise the states first." if abs(float(got["intra"]) - 3) < 1e-5 else ""))
+           + (" Cosines, not dot products: normalise the states first." if abs(float(got["intra"]) - 3) < 1e-5 else
+              diagnose(got, h, real)))
     h = torch.eye(3)[:, None, :].repeat(1, 4, 1)  # sequence b: 4 copies of e_b
-    got = call(fn, h, torch.ones(3, 4, dtype=torch.bool))
+    real = torch.ones(3, 4, dtype=torch.bool)
+    got = call(fn, h, real)
     expect(close(got, {"intra": 1.0, "inter": 0.0, "score": 1.0}),
            f"{name}: with orthogonal sequences (each of 4 equal tokens) intra = 1, inter = 0, score 1; got {got}"
-           + (" The score is intra - inter, not inter - intra." if abs(float(got["score"]) + 1) < 1e-5 else ""))
+           + (" The score is intra - inter, not inter - intra." if abs(float(got["score"]) + 1) < 1e-5 else
+              diagnose(got, h, real)))
 
 
 def diagnose(got, h, real):
@@ -74,14 +78,26 @@ def diagnose(got, h, real):
     by_count = {k: float(v) for k, v in zip(("intra", "inter"), counted_with_padding(z, n, T))}
     if abs(intra - every_pair["intra"]) < 1e-5 and abs(inter - every_pair["inter"]) < 1e-5:
         return " intra and inter are right, the score is not: score = intra - inter."
-    if abs(intra - with_self) < 1e-5:
+    if any(abs(every_pair[k] - float(got[k])) >= 1e-5 and abs(float(got[k]) - 2 * every_pair[k]) < 1e-5
+           for k in ("intra", "inter")):
+        return (" Twice the right value: you count unordered pairs (n(n-1)/2), but |sum z|^2 - n sums every pair twice "
+                "(a.b and b.a): count ordered pairs, n(n-1), or halve the sums.")
+    over_tokens = [F.normalize(x, dim=1) for x in (h.double(), h.double() * real[..., None])]
+    if any(close(got, closed_form_of(x, real)) for x in over_tokens):
+        return (" Your vectors are normalised over the tokens (dim=1), not each over its hidden dimension: "
+                "F.normalize(h, dim=-1) makes every token a unit vector.")
+    intra_wrong = abs(intra - every_pair["intra"]) >= 1e-5  # (on degenerate states two readings can agree)
+    if intra_wrong and abs(intra - (pairs + n).sum().item() / (n * (n - 1)).sum().item()) < 1e-5:
+        return (" Your intra keeps the n self-pairs: |sum z|^2 includes z_a . z_a = 1 for every token; the identity "
+                "subtracts n (|sum z|^2 - n) to leave the pairs a != b.")
+    if intra_wrong and abs(intra - with_self) < 1e-5:
         return " Your intra includes each token paired with itself (cosine 1): exclude a == b."
     if close(got, by_matrix(h, torch.ones_like(real))):
         return " Padding is counted: use only real tokens."
-    if abs(intra - mean_of_means) < 1e-5:
+    if intra_wrong and abs(intra - mean_of_means) < 1e-5:
         return (" Your intra is the mean of each sequence's mean: pool the pairs of all sequences instead (a "
                 "sequence with n tokens has n(n-1) pairs, so long sequences weigh more).")
-    if abs(inter - all_pairs) < 1e-5:
+    if abs(inter - every_pair["inter"]) >= 1e-5 and abs(inter - all_pairs) < 1e-5:
         return " Your inter is the mean over all pairs, intra pairs included: inter pairs are all pairs minus intra pairs."
     if close(got, by_matrix(h, right)):
         return (" You took each sequence's first n_b positions as its real tokens, but sequence 1 is padded on the "
@@ -92,6 +108,16 @@ def diagnose(got, h, real):
         return (" Your intra is right, inter is not: every pair of real tokens of two different sequences counts "
                 "(N^2 - sum of n_b^2 ordered pairs).")
     return ""
+
+
+def closed_form_of(z, real):
+    """{intra, inter} of the closed form applied to the vectors z as they are (unit or not)."""
+    z, n = z * real[..., None], real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = (per_seq.pow(2).sum(1) - n).sum()
+    intra = pairs / (n * (n - 1)).sum()
+    inter = (per_seq.sum(0).pow(2).sum() - n.sum() - pairs) / (n.sum() ** 2 - n.pow(2).sum())
+    return {"intra": intra.item(), "inter": inter.item(), "score": (intra - inter).item()}
 
 
 def counted_with_padding(z, n, T):
@@ -145,7 +171,11 @@ def check_closed_form_in_bfloat16(impl):
     gen = torch.Generator().manual_seed(5)
     h = (torch.randn(8, 64, 16, generator=gen) + 0.5 * torch.randn(8, 1, 16, generator=gen)).bfloat16()
     real = torch.arange(64)[None, :] < torch.randint(2, 65, (8, 1), generator=gen)
-    got, want = call(impl.score_closed_form, h, real), by_matrix(h.float(), real)
+    in_float32 = call(impl.score_closed_form, h.float(), real)
+    want = by_matrix(h.float(), real)
+    expect(close(in_float32, want, 1e-4), f"score_closed_form on these states in float32 (8 x 64 tokens) is already "
+                                          f"wrong: expected {want}, got {in_float32}; see the other checks first")
+    got = call(impl.score_closed_form, h, real)
     expect(close(got, want, 1e-4),
            f"score_closed_form on bfloat16 states (what the model gives under autocast, 8 x 64 tokens): expected "
            f"intra {want['intra']:.5f}, inter {want['inter']:.5f}; yours intra {float(got['intra']):.5f}, inter "
@@ -156,10 +186,6 @@ def check_closed_form_in_bfloat16(impl):
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_returns_python_floats(impl, name):
     check_returns_python_floats(impl, name)
-
-
-def test_closed_form_in_bfloat16(impl):
-    check_closed_form_in_bfloat16(impl)
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)
@@ -174,3 +200,7 @@ def test_matches_the_pairs(impl, name):
 
 def test_closed_form_at_scale(impl):
     check_closed_form_at_scale(impl)
+
+
+def test_closed_form_in_bfloat16(impl):
+    check_closed_form_in_bfloat16(impl)

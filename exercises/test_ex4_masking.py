@@ -82,13 +82,38 @@ def check_labels_and_untouched_tokens(impl):
         ids, inputs, labels = masked(impl, tok=tok)
         chosen = labels != -100
         expect(bool((labels[chosen] == ids[chosen]).all()), "where a label is set it must be the original token id")
-        expect(bool((inputs[~chosen] == ids[~chosen]).all()),
+        changed = ~chosen & (inputs != ids)
+        expect(not bool(changed.any()),
                "a token that is not chosen (label -100) was changed in inputs: only chosen tokens may change (a "
-               "chosen token keeps its label whether it became [MASK], a random token or stayed the same)")
+               "chosen token keeps its label whether it became [MASK], a random token or stayed the same)"
+               + (": labels must be set for every chosen token, also those replaced by a random token (yours were "
+                  "not)" if not bool((inputs[changed] == tok.mask_id).any()) else ""))
         special = torch.isin(ids, torch.tensor(tok.special_ids))
         n = int((chosen & special).sum())
         expect(n == 0, f"with {tok.name}, {n} special tokens ([CLS], [SEP] or [PAD]) were chosen for prediction: "
                        f"never choose them (find them with tokenizer.special_ids)")
+
+
+def check_chosen_per_token(impl):
+    """Short sequences ([CLS] + 3 or 4 words + [SEP]): each word chosen by its own draw, so a 3-word
+    sequence has a word chosen 1 - 0.85^3 = 39% of the time, and the count per sequence varies."""
+    p, B, T = 0.15, 4000, 8
+    gen = torch.Generator().manual_seed(5)
+    words = normal_ids(TOK)[torch.randint(len(normal_ids(TOK)), (B, T), generator=gen)]
+    n = torch.where(torch.arange(B) < B // 2, 3, 4)[:, None]  # words per sequence
+    t = torch.arange(T)[None, :]
+    ids = torch.where(t == 0, TOK.cls_id, torch.where(t <= n, words, torch.where(t == n + 1, TOK.sep_id, TOK.pad_id)))
+    _, labels = call(impl.mask_tokens, ids, TOK, p, torch.Generator().manual_seed(0))
+    count = (labels != -100).sum(1)
+    for words_in in (3, 4):
+        mine = count[n[:, 0] == words_in]
+        rate = mine.double().mean().item() / words_in
+        most = torch.bincount(mine).max().item() / len(mine)  # binomial(4, 0.15): at most 52% share one count
+        expect(most < 0.8 and near(rate, p, len(mine) * words_in),
+               f"in {len(mine)} sequences of {words_in} words, {100 * rate:.1f}% of the words were chosen and "
+               f"{100 * most:.0f}% of the sequences had the same number chosen: choose each token by its own draw "
+               f"(torch.rand(B, T) < p), not a fixed count per sequence such as round(p * n), which never masks a "
+               f"3-word sequence (round(0.45) = 0) and masks a 4-word one at 25%")
 
 
 def check_chosen_fraction(impl, p=0.15):
@@ -151,19 +176,60 @@ def check_random_replacements(impl):
                   f"id uniformly from the vocabulary, not a token of the batch" if from_batch else ""))
 
 
+def check_replacements_cover_the_vocabulary(impl):
+    """A batch that holds only the lower ids (as a real batch holds few of 30,522): random replacements
+    still reach every non-special id, the first and last of the list too. Every token chosen (p = 1)."""
+    gen = torch.Generator().manual_seed(7)
+    top = 29  # the batch's words: ids 5..29; the vocabulary's run to 59
+    ids = torch.randint(5, top + 1, (600, 256), generator=gen)
+    ids[:, 0], ids[:, -1] = TOK.cls_id, TOK.sep_id
+    inputs, labels = call(impl.mask_tokens, ids, TOK, 1.0, torch.Generator().manual_seed(0))
+    replaced = (labels != -100) & (inputs != TOK.mask_id) & (inputs != ids)
+    words = normal_ids(TOK)
+    counts = torch.bincount(inputs[replaced], minlength=TOK.vocab_size)[words].double()
+    expect(bool((counts[words > top] > 0).any()),
+           f"the random replacements never went above id {top}, the largest id in the batch, in {int(counts.sum())} "
+           f"replacements: draw them from the whole vocabulary's non-special ids (tokenizer.vocab_size, "
+           f"tokenizer.special_ids), not up to the batch's largest id")
+    expected = counts[1:-1].mean().item()
+    expect(not bool((counts[[0, -1]] < 0.7 * expected).all()),
+           f"the first and last non-special ids, {int(words[0])} and {int(words[-1])}, were random replacements "
+           f"{int(counts[0])} and {int(counts[-1])} times, about half of the others' {expected:.0f}: rounding a "
+           f"uniform number to an index, round(u * (n - 1)), gives the two ends of the range half the chance; floor "
+           f"it (.long(), .floor()) or draw with torch.randint")
+
+
 def check_dynamic(impl):
-    """Another generator state, another mask: BERT re-masks each time a block is seen."""
+    """Another generator state, another mask: BERT re-masks each time a block is seen. The draws come
+    from `generator` alone (the same mask whatever PyTorch's global random state), and two calls with
+    one generator mask differently (it advances: dynamic masking)."""
     ids = batch(B=8, T=64)
-    a = call(impl.mask_tokens, ids, TOK, 0.15, torch.Generator().manual_seed(1))
-    b = call(impl.mask_tokens, ids, TOK, 0.15, torch.Generator().manual_seed(1))
-    c = call(impl.mask_tokens, ids, TOK, 0.15, torch.Generator().manual_seed(2))
+
+    def mask(generator, global_seed=0):
+        return call(impl.mask_tokens, ids, TOK, 0.15, generator, global_seed=global_seed)
+    a, b = mask(torch.Generator().manual_seed(1)), mask(torch.Generator().manual_seed(1), global_seed=1)
     expect(all(torch.equal(x, y) for x, y in zip(a, b)),
-           "two calls with generators seeded alike gave different masks: draw every random number from `generator`")
+           "two calls with generators seeded alike gave different masks when PyTorch's global random state differed: "
+           "something is drawn without `generator`; draw every random number from `generator`")
+    c = mask(torch.Generator().manual_seed(2))
     expect(not torch.equal(a[1], c[1]), "generators with other seeds chose the same tokens: is `generator` used?")
+    shared = torch.Generator().manual_seed(1)
+    expect(not torch.equal(mask(shared)[1], mask(shared)[1]),
+           "two calls with one generator chose the same tokens: draw from `generator` itself, which advances with "
+           "every draw, not from a copy of it or a new generator seeded from it; as written every batch of a run "
+           "gets the same masked positions (static masking, what BERT's dynamic masking avoids)")
 
 
 def test_labels_and_untouched_tokens(impl):
     check_labels_and_untouched_tokens(impl)
+
+
+def test_chosen_independently_in_each_sequence(impl):
+    check_chosen_independently_in_each_sequence(impl)
+
+
+def test_chosen_per_token(impl):
+    check_chosen_per_token(impl)
 
 
 @pytest.mark.parametrize("p", [0.15, 0.3])
@@ -179,13 +245,13 @@ def test_random_replacements(impl):
     check_random_replacements(impl)
 
 
+def test_replacements_cover_the_vocabulary(impl):
+    check_replacements_cover_the_vocabulary(impl)
+
+
 def test_dynamic(impl):
     check_dynamic(impl)
 
 
 def test_returns_int64(impl):
     check_returns_int64(impl)
-
-
-def test_chosen_independently_in_each_sequence(impl):
-    check_chosen_independently_in_each_sequence(impl)

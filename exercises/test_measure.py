@@ -1,5 +1,8 @@
 """exercises/measure.py: its tables, the claims it checks and how it writes the pages, on made-up
 results (the runs it makes are the drivers' own, tested in test_ex5/6/7). Not in a student hand-out."""
+import pytest
+
+
 def test_measure_tables_from_results(tmp_path, monkeypatch):
     """exercises/measure.py's tables and claims, on made-up results (its runs are the drivers' own, tested above)."""
     from exercises import measure
@@ -27,20 +30,20 @@ def test_measure_tables_from_results(tmp_path, monkeypatch):
     assert text.count("<!-- /measure.py -->") == 3 and measure.update_pages(t) == []  # the same again: no change
 
 
-def test_measure_mistakes_are_one_line(tmp_path):
-    """A JSON that is not measure.py's, a folder as --json, a file as --out: one line, exit 2, before any run."""
-    import subprocess
-    import sys
+@pytest.mark.parametrize("case", ["not measure's", "missing", "a folder as --json", "a file as --out"])
+def test_measure_mistakes_are_one_line(tmp_path, capsys, case):
+    """A JSON that is not measure.py's, a missing one, a folder as --json, a file as --out: one line, exit 2,
+    before any run."""
     from exercises import measure
     (tmp_path / "other.json").write_text('{"results": {"ex5": {"0": 3}}}')
     (tmp_path / "a_file").write_text("x")
-    for args in (["--tables_from", str(tmp_path / "other.json"), "--out", str(tmp_path / "m")],
-                 ["--tables_from", str(tmp_path / "missing.json"), "--out", str(tmp_path / "m")],
-                 ["--json", str(tmp_path), "--out", str(tmp_path / "m")],
-                 ["--out", str(tmp_path / "a_file")]):
-        r = subprocess.run([sys.executable, "exercises/measure.py", *args], capture_output=True, text=True,
-                           cwd=measure.ROOT, timeout=120)
-        assert r.returncode == 2 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, (args, r.stderr)
-    assert "is not a file that `measure.py --json` wrote" in subprocess.run(
-        [sys.executable, "exercises/measure.py", "--tables_from", str(tmp_path / "other.json"), "--out",
-         str(tmp_path / "m")], capture_output=True, text=True, cwd=measure.ROOT).stderr
+    args = {"not measure's": ["--tables_from", str(tmp_path / "other.json")],
+            "missing": ["--tables_from", str(tmp_path / "missing.json")],
+            "a folder as --json": ["--json", str(tmp_path)],
+            "a file as --out": ["--out", str(tmp_path / "a_file")]}[case]
+    with pytest.raises(SystemExit) as stop:
+        measure.main(args + ([] if case == "a file as --out" else ["--out", str(tmp_path / "m")]))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1, err
+    if case == "not measure's":
+        assert "is not a file that `measure.py --json` wrote" in err

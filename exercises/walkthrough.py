@@ -14,8 +14,6 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-from engine import cli  # noqa: E402
-cli.start(__name__)  # first, before torch loads: how idle CPU threads wait; Ctrl-C / SIGTERM / SIGHUP from now on
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -90,7 +88,7 @@ def trace(encoder, ids, tok, anchor, window, K, tau, title):
 
 
 def explain_init(r, K, tau):
-    print("Why about log(K+1) at initialisation: if every cosine were equal (collapsed representations), every")
+    print("Why near log(K+1), and above it, at initialisation: if every cosine were equal (collapsed states), every")
     print(f"logit would be equal and the softmax uniform over the K+1 = {K + 1} candidates: loss = log(K+1) exactly.")
     print(f"At init the positive is no closer than the negatives (gap {r['gap']:+.3f} in cosine), so the model is at")
     print("chance; only the random spread of the cosines, magnified by 1/tau, moves the loss off log(K+1): for")
@@ -138,6 +136,12 @@ def main(argv=None):
     p.add_argument("--negatives", type=int, default=50, help="K")
     p.add_argument("--temperature", type=float, default=0.07, help="tau")
     args = p.parse_args(argv)
+    from exercises.miniature import threads
+    with threads(1):  # one thread, as the miniature runs and the notebook: the same numbers on any machine with this CPU
+        return trace_all(args)
+
+
+def trace_all(args):
     try:
         if args.batch < 2 or args.anchor is not None and not 0 < args.anchor < args.max_len - 1:
             raise UsageError("--batch must be >= 2 (negatives come from other sequences) and --anchor inside the block")

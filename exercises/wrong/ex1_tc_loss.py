@@ -415,3 +415,61 @@ def anchor_is_its_own_positive(h, e, attention_mask=None, window=5, num_negative
                            reduction="none")
     anchors = _anchors(real, positions).reshape(-1)
     return (loss * anchors).sum() / anchors.sum().clamp(min=1)
+
+
+def log_of_softmax(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                   positions=None):
+    """Bug: -log(softmax(...))[:, 0]: the softmax is stable, but a positive's probability of e^-200 (tau = 0.01, the
+    positive pointing away) is 0 in float32, and -log(0) is inf."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    loss = -torch.log(torch.softmax(cos / temperature, dim=1)[:, 0])  # BUG: torch.log_softmax in one step
+    return (loss * anchors).sum() / anchors.sum().clamp(min=1)
+
+
+def max_over_the_whole_matrix(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                              positions=None):
+    """Bug: the log-sum-exp written out with the largest logit of the whole matrix subtracted, not each row's: a row
+    whose logits all lie far below it underflows to exp = 0."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    logits = cos / temperature
+    logits = logits - logits.max()  # BUG: logits.max(dim=1, keepdim=True).values
+    loss = logits.exp().sum(1).log() - logits[:, 0]
+    return (loss * anchors).sum() / anchors.sum().clamp(min=1)
+
+
+def zero_without_a_graph(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                         positions=None):
+    """Bug: no anchor handled by returning torch.tensor(0.0): a constant with no graph, on the CPU whatever h's device."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    if not anchors.any():
+        return torch.tensor(0.0)  # BUG
+    loss = F.cross_entropy(cos / temperature, torch.zeros(len(cos), dtype=torch.long), reduction="none")
+    return loss[anchors].mean()
+
+
+def per_token_losses(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                     positions=None):
+    """Not finished: steps 1-4 done, the per-token losses returned without step 5's mean over anchors."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    return F.cross_entropy(cos / temperature, torch.zeros(len(cos), dtype=torch.long), reduction="none")  # BUG
+
+
+def stops_after_the_samplers(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                             positions=None):
+    """Not finished: steps 1-2 written, the stub's raise still at the end."""
+    B, T, H = h.shape
+    real = _real(h, attention_mask)
+    z = F.normalize(h - e, dim=-1).reshape(B * T, H)  # noqa: F841
+    pos, neg = sample_positives(real, window, generator), sample_negatives(real, num_negatives, generator)  # noqa: F841
+    raise NotImplementedError  # BUG: steps 3-5 to go
+
+
+def zero_as_a_new_leaf(h, e, attention_mask=None, window=5, num_negatives=50, temperature=0.07, generator=None,
+                       positions=None):
+    """Bug: no anchor handled by a new tensor that requires grad: backward runs, but nothing reaches the model, and
+    the zero sits on the CPU whatever h's device."""
+    cos, anchors = _right_loss_but(h, e, attention_mask, window, num_negatives, temperature, generator, positions)
+    if not anchors.any():
+        return torch.tensor(0.0, requires_grad=True)  # BUG
+    loss = F.cross_entropy(cos / temperature, torch.zeros(len(cos), dtype=torch.long), reduction="none")
+    return loss[anchors].mean()

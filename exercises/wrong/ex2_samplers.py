@@ -11,7 +11,8 @@ def _positives(real, window, generator, reach):
     pos = t + slot - reach + (slot >= reach).long()
     inside = (pos >= 0) & (pos < T)
     inside &= real.gather(1, pos.clamp(0, T - 1))
-    pos = torch.where(inside, pos, torch.where(t == 0, 1, 0))
+    first = real.long().argmax(1, keepdim=True)  # the first real token; the second one for the first
+    pos = torch.where(inside, pos, torch.where(t == first, first + 1, first))
     return pos + T * torch.arange(B)[:, None]
 
 
@@ -259,3 +260,71 @@ def negatives_squeezed(real, num_negatives, generator=None):
     k = (torch.rand(B, T, num_negatives, generator=generator) * (len(tokens) - n)).long()
     k = k + n * (k >= start).long()
     return tokens[k.clamp(max=len(tokens) - 1)].squeeze()  # BUG: squeeze() drops K = 1
+
+
+def positives_window_minus_one_halved(real, window, generator=None):
+    """Bug: w = (W - 1) // 2, right for an odd W; taco.py counts an even W as W + 1 (W = 10: 5 either side, not 4)."""
+    return _positives(real, window, generator, (window - 1) // 2)  # BUG: window // 2
+
+
+def positives_offset_rounded(real, window, generator=None):
+    """Bug: the offset's slot rounded, round(u * (2w - 1)): the outermost offsets -w and w at half the rate."""
+    B, T = real.shape
+    w = window // 2
+    slot = (torch.rand(B, T, generator=generator) * (2 * w - 1)).round().long()  # BUG: floor of u * 2w
+    t = torch.arange(T)
+    pos = t + slot - w + (slot >= w).long()
+    ok = (pos >= 0) & (pos < T) & real.gather(1, pos.clamp(0, T - 1))
+    first = real.long().argmax(1, keepdim=True)
+    pos = torch.where(ok, pos, torch.where(t == first, first + 1, first))
+    return pos + T * torch.arange(B)[:, None]
+
+
+def positives_fallback_from_the_global_state(real, window, generator=None):
+    """Bug: the offsets from `generator`, the fallback's random other token from PyTorch's global state
+    (torch.randint without generator=): which runs reproduce depends on how often the fallback is needed."""
+    B, T = real.shape
+    t = torch.arange(T)
+    pos = t + _offsets(B, T, window // 2, generator)
+    ok = (pos >= 0) & (pos < T) & real.gather(1, pos.clamp(0, T - 1))
+    n = real.sum(1, keepdim=True)
+    rank = torch.randint(0, 1 << 30, (B, T)) % (n - 1).clamp(min=1)  # BUG: no generator
+    rank = rank + (rank >= real.long().cumsum(1) - 1).long()
+    order = torch.argsort((~real).long(), dim=1, stable=True)
+    pos = torch.where(ok, pos, order.gather(1, rank.clamp(max=T - 1)))
+    return pos + T * torch.arange(B)[:, None]
+
+
+def negatives_rounded_index(real, num_negatives, generator=None):
+    """Bug: the index into the pool rounded, round(u * (N - n - 1)): the pool's first and last token at half the rate."""
+    B, T = real.shape
+    tokens = real.reshape(-1).nonzero().squeeze(1)
+    n = real.sum(1)[:, None, None]
+    start = n.cumsum(0) - n
+    k = (torch.rand(B, T, num_negatives, generator=generator) * (len(tokens) - n - 1)).round().long()  # BUG
+    k = k + n * (k >= start).long()
+    return tokens[k.clamp(max=len(tokens) - 1)]
+
+
+def negatives_one_draw_repeated(real, num_negatives, generator=None):
+    """Bug: one negative drawn per anchor and repeated K times (expand), not K independent draws."""
+    B, T = real.shape
+    tokens = real.reshape(-1).nonzero().squeeze(1)
+    n = real.sum(1)[:, None, None]
+    start = n.cumsum(0) - n
+    k = (torch.rand(B, T, 1, generator=generator) * (len(tokens) - n)).long()  # BUG: (B, T, K)
+    k = k + n * (k >= start).long()
+    return tokens[k.clamp(max=len(tokens) - 1)].expand(B, T, num_negatives)
+
+
+def negatives_from_a_copied_generator(real, num_negatives, generator=None):
+    """Bug: the draws from a copy of `generator` ("so as not to disturb it"): the same negatives on every call."""
+    gen = torch.Generator()
+    gen.set_state(generator.get_state())  # BUG: draw from generator itself
+    B, T = real.shape
+    tokens = real.reshape(-1).nonzero().squeeze(1)
+    n = real.sum(1)[:, None, None]
+    start = n.cumsum(0) - n
+    k = (torch.rand(B, T, num_negatives, generator=gen) * (len(tokens) - n)).long()
+    k = k + n * (k >= start).long()
+    return tokens[k.clamp(max=len(tokens) - 1)]

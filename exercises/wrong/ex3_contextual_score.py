@@ -158,3 +158,38 @@ def closed_form_in_the_input_dtype(h, real):
     intra = (intra_sum / (n * (n - 1)).sum()).item()
     inter = ((all_sum - intra_sum) / (n.sum() ** 2 - n.sum() - (n * (n - 1)).sum())).item()
     return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def minus_n_missing(h, real):
+    """Bug: |sum z|^2 without the - n: each sequence's n self-pairs (cosine 1) stay in intra."""
+    z, n = _unit(h, real), real.sum(1).double()
+    per_seq = z.sum(1)
+    intra_sum = per_seq.pow(2).sum(1).sum()  # BUG: - n.sum()
+    all_sum = per_seq.sum(0).pow(2).sum()  # (the - N cancels in inter)
+    intra = (intra_sum / (n * (n - 1)).sum()).item()
+    inter = ((all_sum - intra_sum) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def normalised_over_tokens(h, real):
+    """Bug: F.normalize(h, dim=1) on (B, T, H): each hidden unit normalised over the tokens, not each token."""
+    z = F.normalize(h.double(), dim=1) * real[..., None]  # BUG: dim=-1
+    n = real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = (per_seq.pow(2).sum(1) - n).sum()
+    intra = (pairs / (n * (n - 1)).sum()).item()
+    inter = ((per_seq.sum(0).pow(2).sum() - n.sum() - pairs) / (n.sum() ** 2 - (n ** 2).sum())).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}
+
+
+def unordered_pair_counts(h, real):
+    """Bug: the sums over ordered pairs (|sum z|^2 - n) divided by the number of unordered pairs n(n-1)/2."""
+    z, n = _unit(h, real), real.sum(1).double()
+    per_seq = z.sum(1)
+    pairs = (per_seq.pow(2).sum(1) - n).sum()
+    N = n.sum()
+    intra_pairs = (n * (n - 1) / 2).sum()  # BUG: n * (n - 1)
+    inter_pairs = N * (N - 1) / 2 - intra_pairs
+    intra = (pairs / intra_pairs).item()
+    inter = ((per_seq.sum(0).pow(2).sum() - N - pairs) / inter_pairs).item()
+    return {"intra": intra, "inter": inter, "score": intra - inter}

@@ -194,3 +194,62 @@ def keeps_the_input_dtype(input_ids, tokenizer, mlm_probability=0.15, generator=
     inputs = torch.where(chosen & (action < 0.8), torch.tensor(tokenizer.mask_id, dtype=input_ids.dtype), input_ids)
     inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random, inputs)
     return inputs, torch.where(chosen, input_ids, torch.tensor(-100, dtype=input_ids.dtype))  # BUG: not .long()
+
+
+def generator_copied(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: the draws from a copy of `generator` ("not to disturb the caller's"): every call masks the same
+    positions, so a whole run trains on one static mask per block."""
+    gen = torch.Generator()
+    gen.set_state(generator.get_state())  # BUG: draw from generator itself
+    ids = input_ids.long()
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids))
+    chosen = (torch.rand(ids.shape, generator=gen) < mlm_probability) & ~special
+    action = torch.rand(ids.shape, generator=gen)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random = normal[torch.randint(len(normal), ids.shape, generator=gen)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random, inputs)
+    return inputs, torch.where(chosen, ids, -100)
+
+
+def replacements_up_to_the_batch_max(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: random replacements among the non-special ids up to the batch's largest id, not the whole vocabulary."""
+    ids = input_ids.long()
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids))
+    chosen = (torch.rand(ids.shape, generator=generator) < mlm_probability) & ~special
+    action = torch.rand(ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(int(ids.max()) + 1) if i not in tokenizer.special_ids])  # BUG: vocab_size
+    random = normal[torch.randint(len(normal), ids.shape, generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random, inputs)
+    return inputs, torch.where(chosen, ids, -100)
+
+
+def fixed_count_per_sequence(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: exactly round(p * n) of each sequence's n words chosen (at random places): 15 % on long sequences,
+    never a 3-word sequence, 25 % of a 4-word one."""
+    ids = input_ids.long()
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids))
+    key = torch.rand(ids.shape, generator=generator).masked_fill(special, 2.0)  # words first, in random order
+    rank = key.argsort(1).argsort(1)
+    k = (mlm_probability * (~special).sum(1, keepdim=True)).round()  # BUG: one draw per token
+    chosen = rank < k
+    action = torch.rand(ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    random = normal[torch.randint(len(normal), ids.shape, generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random, inputs)
+    return inputs, torch.where(chosen, ids, -100)
+
+
+def replacement_index_rounded(input_ids, tokenizer, mlm_probability=0.15, generator=None):
+    """Bug: the index into the non-special ids rounded, round(u * (n - 1)): the first and last id at half the rate."""
+    ids = input_ids.long()
+    special = torch.isin(ids, torch.tensor(tokenizer.special_ids))
+    chosen = (torch.rand(ids.shape, generator=generator) < mlm_probability) & ~special
+    action = torch.rand(ids.shape, generator=generator)
+    normal = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids])
+    index = (torch.rand(ids.shape, generator=generator) * (len(normal) - 1)).round().long()  # BUG
+    inputs = torch.where(chosen & (action < 0.8), tokenizer.mask_id, ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), normal[index], inputs)
+    return inputs, torch.where(chosen, ids, -100)

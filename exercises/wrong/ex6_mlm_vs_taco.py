@@ -117,3 +117,12 @@ def speedup_of_pairs(baseline, other, higher_is_better=True):
     a = next((p for p in baseline if sign * p[1] >= sign * target), None)  # BUG: the point, not its step
     b = next((p for p in other if sign * p[1] >= sign * target), None)
     return None if b is None else a / b
+
+
+def speedup_target_from_the_other_curve(baseline, other, higher_is_better=True):
+    """Bug: the target is the final value of the other curve, not of the baseline."""
+    target = other[-1][1]  # BUG: baseline[-1][1]
+    sign = 1 if higher_is_better else -1
+    a = next((s for s, v in baseline if sign * v >= sign * target), None)
+    b = next((s for s, v in other if sign * v >= sign * target), None)
+    return None if b is None else a / b
