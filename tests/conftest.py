@@ -2,11 +2,11 @@
 import json
 import os
 
+from engine import toy  # first, before torch loads: idle CPU threads sleep (engine/__init__.py)
 import pytest
 import torch
 
 import taco
-from engine import toy
 from data import WordPieceTokenizer
 
 # A 16-step run of the tiny model: seconds, with checkpoints, evaluations and logs along the way.
