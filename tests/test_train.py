@@ -451,3 +451,30 @@ def test_the_loop_reads_the_device_at_most_twice_a_step(tmp_path, monkeypatch, q
     assert run_taco(quick + ["--steps", "8", "--log_every", "4", "--eval_every", "100", "--save_every", "100",
                              "--out", str(tmp_path / "run")]) == 0
     assert calls.count("agree") == 8 and calls.count("log") == 2 and len(calls) == 10, calls
+
+
+def test_the_slurm_script_runs_a_command_taco_accepts(tmp_path):
+    """docs/reproduce.md's Slurm script, run by bash with srun, scontrol and torchrun standing in: the torchrun line
+    it makes is accepted by taco's parser and checks for 16 processes, and a requeued job (a checkpoint in OUT) resumes."""
+    import subprocess
+    text = open(os.path.join(HERE, "docs", "reproduce.md")).read()
+    script = text.split("## On a cluster")[1].split("```bash\n")[1].split("```")[0]
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir()
+    for name, body in {"scontrol": 'printf "node-a\\nnode-b\\n"', "srun": '"$@"',
+                       "torchrun": 'printf "%s\\n" "$@" > "$CALLS"'}.items():
+        (stand_ins / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stand_ins / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{stand_ins}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-[a-b]",
+           "SLURM_NNODES": "2", "SLURM_JOB_ID": "7", "CALLS": str(tmp_path / "calls")}
+    for requeued in (False, True):
+        if requeued:  # the first job saved a checkpoint before it was preempted
+            (tmp_path / "runs" / "base").mkdir(parents=True)
+            (tmp_path / "runs" / "base" / "ckpt_00025000.pt").write_bytes(b"")
+        subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, check=True)
+        argv = (tmp_path / "calls").read_text().splitlines()
+        launcher, taco_argv = argv[:argv.index("taco.py")], argv[argv.index("taco.py") + 1:]
+        assert "--rdzv_endpoint=node-a:29500" in launcher and "--nnodes=2" in launcher
+        args = flags.get_args(taco_argv)
+        flags.check_args(args, 16)
+        assert (args.size, args.resume, args.device_batch_size) == ("base", requeued, 20)  # 80 a process: 4 x 20
