@@ -478,3 +478,37 @@ def test_the_slurm_script_runs_a_command_taco_accepts(tmp_path):
         args = flags.get_args(taco_argv)
         flags.check_args(args, 16)
         assert (args.size, args.resume, args.device_batch_size) == ("base", requeued, 20)  # 80 a process: 4 x 20
+
+
+def test_log_sends_what_metrics_jsonl_records(tmp_path, monkeypatch, quick, run_taco, capsys):
+    """--log tensorboard: the numbers of metrics.jsonl, step by step (a stand-in for torch.utils.tensorboard's
+    SummaryWriter); a package that is not installed is one line before anything is written."""
+    import types
+    sent = []
+
+    class Writer:
+        def __init__(self, folder):
+            sent.append(("folder", folder))
+
+        def add_scalar(self, name, value, step):
+            sent.append((step, name, value))
+
+        def flush(self):
+            pass
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=Writer))
+    out = str(tmp_path / "run")
+    assert run_taco(quick + ["--steps", "4", "--out", out, "--log", "tensorboard"]) == 0
+    logged = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    assert sent[0] == ("folder", os.path.join(out, "tensorboard"))
+    assert set(sent[1:]) == {(r["step"], k, v) for r in logged for k, v in r.items() if k not in ("step", "time", "tc_is")}
+    assert all(r["time"] > 1e9 for r in logged)  # wall time on every line
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    assert run_taco(quick + ["--out", str(tmp_path / "w"), "--log", "wandb"]) == 2
+    assert capsys.readouterr().err.strip().endswith("error: --log wandb needs its package: pip install wandb")
+    assert not (tmp_path / "w").exists()
+
+
+def test_config_records_what_made_the_run(straight):
+    made_by = json.load(open(os.path.join(straight, "config.json")))["made_by"]
+    assert set(made_by) == {"commit", "torch", "cuda", "python", "host", "devices"} and made_by["torch"] == torch.__version__
+    assert made_by["commit"] is None or re.fullmatch(r"[0-9a-f]{40}\+?", made_by["commit"])
