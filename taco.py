@@ -406,7 +406,6 @@ def train(args):
         cfg = model_config(args, tok, init)
         blocks = make_blocks(run.tokens(tok), args.max_len, tok.cls_id, tok.sep_id)  # tokenised once and cached
         train_blocks, eval_blocks = blocks.split(len(blocks) - min(args.eval_blocks, len(blocks) // 10))  # tail held out
-        # micro-batches of args.device_batch_size: the divisor of the per-rank batch that check_args chose
         batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)
 
         torch.manual_seed(args.seed)  # the same init on every rank
@@ -420,11 +419,11 @@ def train(args):
         if init and not start and run.eval_due(args.steps):  # the init's own held-out scores: the end line compares
             run.init_eval = evaluate(raw, eval_blocks, tok, args, run.device, run.autocast)
         model = torch.compile(raw) if args.compile else raw
-        if run.world > 1:  # DDP: every rank's gradients averaged in the backward
+        if run.world > 1:  # DDP: every rank's gradients averaged in the backward, in buckets a first backward orders
             model = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
-            with run.autocast:  # its buckets in the order of every later step's, for an exact resume
-                runs.settle_buckets(model, lambda: compute_loss(model, masked_batch(batches.at(start)[0], tok, args,
-                                    torch.Generator()).to(run.device), args, run.reseed(start)[1], teacher)[0])
+            first = masked_batch(batches.at(start)[0], tok, args, torch.Generator()).to(run.device)
+            runs.settle_buckets(model, lambda: compute_loss(model, first, args, run.reseed(start)[1], teacher)[0],
+                                run.autocast)
 
         for step in run.steps(start):  # a progress bar; a stop signal saves and stops at a step boundary
             lr = get_lr(step, args.lr, args.warmup, args.steps)  # linear warm-up, then linear decay

@@ -201,11 +201,6 @@ def trained_with(spec):
     return source, run
 
 
-def load_taco(spec, source):
-    """(source, state) of the taco checkpoint `spec` names (find_weights' `source`)."""
-    return source, read_state(source)
-
-
 class Init(NamedTuple):
     """The weights --init continues from: the model's config, its state dict, the file or folder, and whether
     it has an MLM head of its own (a sentence encoder has none)."""

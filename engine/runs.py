@@ -125,11 +125,13 @@ def gather_pool(keys, real, group):
     return torch.cat(parts[0]), torch.cat(parts[1]).bool(), slice(rank * B, (rank + 1) * B)
 
 
-def settle_buckets(model, loss):
+def settle_buckets(model, loss, autocast):
     """DDP reduces gradients in buckets, which it re-orders after the first backward it sees: a resumed run's
     first step would reduce in other buckets than the unbroken run's, and round otherwise (with 3 or more
     ranks). One backward of loss() now, its gradients dropped, puts them in order before the first real step."""
-    loss().backward()
+    with autocast:
+        loss = loss()
+    loss.backward()
     for p in model.parameters():
         p.grad = None
 
