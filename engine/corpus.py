@@ -172,13 +172,15 @@ def cached(path, tokenizer):
 
 def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=None):
     """data_spec's documents as one flat array of ids, a read-only memmap of the token cache: reused when it is
-    there and whole, else built (a damaged one is rebuilt, with a warning). `say` gets what was read."""
-    say = say or (lambda line: print(line, file=sys.stderr))
+    there and whole, else built (a damaged one is rebuilt, with a warning). `say` (default: stderr) gets what was
+    read, and, if given, that the cache was reused."""
     parts = resolve(data_spec, cache_dir)
     path = cache_path(parts, tokenizer, cache_dir)
     if (tokens := cached(path, tokenizer)) is not None:
-        say(f"data: {data_spec}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
+        if say:  # a run's log says it; a tool is quiet
+            say(f"data: {data_spec}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
         return tokens
+    say = say or (lambda line: print(line, file=sys.stderr))
     if path.exists():
         say(f"warning: token cache {path} cannot be used (cut short or damaged); rebuilding it")
     return build(path, parts, tokenizer, num_proc, lambda line: say(f"data: {data_spec}: {line}"))

@@ -51,7 +51,7 @@ HIDDEN = {
                 ("make_model", True)],  # exercise 7: how --freeze_embeddings freezes
     "data.py": [("mask_tokens", True), ("mask_selected", False)],
     "model.py": [("MLMHead", True)],  # exercise 7: the untied decoder
-    "tools/study_tables.py": [("first_match", True)],  # exercise 6: the first step reaching MLM's final value
+    "tools/study.py": [("first_match", True)],  # exercise 6: the first step reaching MLM's final value
     "tools/analyze.py": [("distance_score", True), ("self_similarity", True)],  # exercise 3: pairs, closed form
 }
 LEFT_OUT = ("exercises/solutions/", "exercises/correct/", "exercises/wrong/", "exercises/answers/",

@@ -47,8 +47,8 @@ def test_answers_are_not_readable(copy):
     model_py = (copy / "model.py").read_text()  # exercise 7: the untied decoder
     assert 'class MLMHead(__import__("_hidden").module("model").MLMHead):' in model_py
     assert "nn.Embedding(config.vocab_size, config.hidden_size)" not in model_py.split("class MLMHead")[1].split("class ")[0]
-    study_py, analyze_py = (copy / "tools" / "study_tables.py").read_text(), (copy / "tools" / "analyze.py").read_text()
-    assert 'module("tools.study_tables").first_match(**locals())' in study_py and ">= better * goal" not in study_py  # ex. 6
+    study_py, analyze_py = (copy / "tools" / "study.py").read_text(), (copy / "tools" / "analyze.py").read_text()
+    assert 'module("tools.study").first_match(**locals())' in study_py and ">= better * goal" not in study_py  # ex. 6
     for name in ("distance_score", "self_similarity"):  # exercise 3: the pairwise form, the closed form
         assert f'module("tools.analyze").{name}(**locals())' in analyze_py
     assert "torch.cdist" not in analyze_py and ".pow(2).sum(-1) - n" not in analyze_py

@@ -30,6 +30,10 @@ def test_default_run_is_the_one_of_exercises_5_and_6():
 
 
 def test_walkthrough_bad_run_is_one_line(tmp_path, capsys):
+    from data import load_tokenizer
+    from engine.corpus import tokenize_corpus
+    tokenize_corpus("toy", load_tokenizer("toy"))  # the toy corpus's token cache, made before (its progress on stderr)
+    capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         walkthrough.main(["--run", str(tmp_path / "nothing")])
     err = capsys.readouterr().err.strip().splitlines()

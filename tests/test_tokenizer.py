@@ -57,15 +57,16 @@ def test_attributes_and_decode(small):
 
 
 @pytest.mark.parametrize("content, needle", [
-    (None, "not found"), (b"", "empty"), (b"\xff\xfe\x00junk", "UTF-8"),
-    ("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello"]).encode(), "[MASK]"),
+    (b"", "lacks [PAD]"), (b"\xff\xfe\x00junk", "UTF-8"),
+    ("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello"]).encode(), "lacks [MASK]"),
 ])
 def test_bad_vocab(tmp_path, content, needle):
     path = tmp_path / "vocab.txt"
-    if content is not None:
-        path.write_bytes(content)
+    path.write_bytes(content)
     with pytest.raises(DataError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         WordPieceTokenizer(path)
+    with pytest.raises(FileNotFoundError):  # an OSError: cli.errors says it in one line (test_cli.py)
+        WordPieceTokenizer(tmp_path / "missing.txt")
 
 
 def test_vocab_with_bom_or_windows_line_ends(tmp_path, small):
@@ -83,7 +84,7 @@ def test_load_tokenizer(tmp_path, monkeypatch, small):
     write_vocab(tmp_path / "vocab.txt", small.ids_to_tokens)
     assert data.load_tokenizer(tmp_path).vocab_size == small.vocab_size  # folder
     assert data.load_tokenizer(str(tmp_path / "vocab.txt")).vocab_size == small.vocab_size
-    with pytest.raises(DataError, match="not found"):
+    with pytest.raises(FileNotFoundError):
         data.load_tokenizer(str(tmp_path / "missing.txt"))
 
     def offline(*args, **kwargs):
@@ -196,24 +197,16 @@ def test_matches_hf_slow_tokenizer(bert_vocab):
     assert tok.tokenize("ΟΔΟΣ") == slow.tokenize("οδοσ")  # Rust's per-character lowercasing
 
 
-def test_a_repeated_token_warns_and_keeps_berts_ids(tmp_path, small, capsys):
-    """A token on two lines: one warning naming it and its lines; its id is the last line's, as
-    Hugging Face's BertTokenizer gives it (the reference), so every id equals BERT's."""
+def test_a_repeated_token_keeps_berts_ids(tmp_path, small):
+    """A token on two lines has the id of its last line, as Hugging Face's BertTokenizer gives it (the reference),
+    so every id equals BERT's."""
     transformers = pytest.importorskip("transformers")
     tokens = small.ids_to_tokens + ["hello", "##able", "world"]  # each already in the vocabulary
     path = write_vocab(tmp_path / "vocab.txt", tokens)
     tok = WordPieceTokenizer(path)
-    err = capsys.readouterr().err
-    line = lambda t: ", ".join(str(i + 1) for i, u in enumerate(tokens) if u == t)
-    assert err.count("\n") == 1 and err.startswith(f"warning: vocab file {path} repeats 3 token(s): ")
-    assert all(f"'{t}' (lines {line(t)})" in err for t in ("hello", "##able", "world"))
     ref = transformers.BertTokenizer(str(path))
     text = "hello unaffable world, [MASK] worlds"
     assert tok.encode(text) == ref(text, add_special_tokens=False)["input_ids"]
     assert tok.vocab["hello"] == len(tokens) - 3
 
 
-def test_a_vocab_of_special_tokens_only_is_refused(tmp_path):
-    """Nothing to tokenise text into, nor a token for masking's random replacement: refused at load."""
-    with pytest.raises(DataError, match=r"holds only the special tokens \[PAD\], .*: add the words"):
-        WordPieceTokenizer(write_vocab(tmp_path / "vocab.txt", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]))
