@@ -116,8 +116,9 @@ def test_export_never_replaces_a_run_and_a_users_folder_only_with_force(run, min
     before = contents(downloaded)
     refused(export.main, [run, str(downloaded)], capsys, "is not empty; pass --force")
     assert contents(downloaded) == before
-    export.main([run, str(downloaded), "--force"])
-    assert "modules.json" not in os.listdir(downloaded) and "model.safetensors" in os.listdir(downloaded)
+    (downloaded / "mine.txt").write_text("a file of the user's")
+    export.main([run, str(downloaded), "--force"])  # replaced whole: nothing of the folder before is left
+    assert "mine.txt" not in os.listdir(downloaded) and "model.safetensors" in os.listdir(downloaded)
 
 
 def test_the_hand_out_never_replaces_the_repository(tmp_path, capsys, monkeypatch):
