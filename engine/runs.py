@@ -35,7 +35,10 @@ class RunLock(contextlib.AbstractContextManager):
 
     def __init__(self, folder, flag="--out"):
         cli.output_path(folder, flag, folder=True)
-        self.folder, self.created = folder, not os.path.exists(folder)
+        self.folder, self.created, missing = folder, [], os.path.abspath(folder)
+        while not os.path.exists(missing):  # the folders it makes, the run's own first: removed again if unused
+            self.created.append(missing)
+            missing = os.path.dirname(missing)
         os.makedirs(folder, exist_ok=True)
         self.fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -57,8 +60,9 @@ class RunLock(contextlib.AbstractContextManager):
         os.close(self.fd)
         if os.listdir(self.folder) == [".lock"]:  # nothing written
             os.remove(os.path.join(self.folder, ".lock"))
-            if self.created:
-                os.rmdir(self.folder)
+            with contextlib.suppress(OSError):
+                for made in self.created:
+                    os.rmdir(made)
 
 
 class StopSignals(contextlib.AbstractContextManager):

@@ -299,15 +299,17 @@ def test_a_rank_whose_peer_died_says_one_line(tmp_path, quick):
 
 def test_torchrun_offline_is_one_line_within_seconds(tmp_path):
     """The headline command on a machine without the hub: rank 0 asks it, once and without retries; one `error:`
-    line; nothing written."""
+    line; nothing written, not even the folders above --out."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": "https://hub.invalid"}
+    work = tmp_path / "work"
+    work.mkdir()
     t0 = time.time()
-    r = subprocess.run(torchrun_cmd([], "--size", "base", "--out", str(tmp_path / "run")), env=env, cwd=tmp_path,
+    r = subprocess.run(torchrun_cmd([], "--size", "base", "--out", "runs/base"), env=env, cwd=work,
                        capture_output=True, text=True)
     errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
     assert r.returncode != 0 and len(errors) == 1, r.stderr[-3000:]
     assert "vocab.txt of 'bert-base-uncased'" in errors[0] and "Retrying" not in r.stderr and time.time() - t0 < 60
-    assert not (tmp_path / "run").exists()
+    assert os.listdir(work) == []
 
 
 # Every process of a job step gets SIGTERM (as Slurm sends it): the launcher, which forwards its own, and each
