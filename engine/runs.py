@@ -318,8 +318,8 @@ class Run(contextlib.AbstractContextManager):
             self.say(f"warning: --resume in micro-batches of {args.device_batch_size} sequences, not the "
                      f"{old['args']['device_batch_size']} this run was trained in: {why}")
         if old.get("world_size", self.world) != self.world:
-            self.say(f"warning: --resume on {self.world} processes, not the {old['world_size']} this run was trained "
-                     f"on: {why}")
+            self.say(f"warning: --resume on {self.world} process{'es' * (self.world > 1)}, not the {old['world_size']} "
+                     f"this run was trained on: {why}")
 
     def check_clobber(self):
         """A new run in a folder that holds one (its files go): only with --force, or in torchrun's restart."""
