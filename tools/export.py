@@ -8,7 +8,9 @@ OUT gets what transformers' Auto* classes, sentence_transformers.SentenceTransfo
 `taco.py --init` load: config.json (BertForMaskedLM), model.safetensors (the encoder, its [CLS] pooler and the MLM
 head; RetroMAE's decoder serves pre-training only and is left out, as upstream), vocab.txt, tokenizer_config.json,
 and sentence-transformers' modules.json with its pooling. A run that never had a pooler gets a freshly initialised
-one (as transformers would make), so that no weight is reported missing. The key mapping is model.py's.
+one (as transformers would make), so that no weight is reported missing. The key mapping is model.py's. OUT is
+written beside and renamed into place (engine/folders.py): a non-empty OUT only with --force, never a run, the
+source or the repository.
 """
 import os
 import sys
