@@ -378,7 +378,7 @@ def main(argv=None):
     p.add_argument("--sts", help="also: Spearman of the cosine of two sentence vectors on an STS-format TSV "
                    "(sentence1, sentence2, score), or toy")
     p.add_argument("--similarity", choices=["dot", "cos"], default="dot",
-                   help="retrieval score of two sentence vectors (dot: RetroMAE's)")
+                   help="retrieval score of two sentence vectors; dot is RetroMAE's")
     p.add_argument("--json", help="also write the results to this JSON file")
     cli.add_threads_flag(p)
     p.add_argument("--heatmap", help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's token x token "
