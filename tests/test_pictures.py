@@ -99,16 +99,6 @@ def test_pca_colours_by_block_and_by_topic(run, monkeypatch):
     assert "coloured by block" in titles[0] and "topic" in titles[1]
 
 
-def test_out_folder_gets_the_picture_inside_and_says_where(run, tmp_path, capsys):
-    folder = tmp_path / "figs"
-    folder.mkdir()
-    pictures.main(["curves", run, "--out", str(folder)])
-    assert (folder / "curves.png").exists() and not (tmp_path / "figs.png").exists()
-    assert capsys.readouterr().out.strip() == f"wrote {folder / 'curves.png'}"
-    pictures.main(["curves", run, "--out", str(tmp_path / "new") + "/"])  # a folder to create
-    assert (tmp_path / "new" / "curves.png").exists()
-
-
 def test_torn_metrics_line_is_tolerated(run, tmp_path, capsys):
     """A kill during an append leaves a last line cut short: it is dropped with a warning, as checkpoints.read_jsonl promises."""
     torn = tmp_path / "torn"
@@ -120,9 +110,11 @@ def test_torn_metrics_line_is_tolerated(run, tmp_path, capsys):
 
 
 def one_line_error(argv, capsys):
+    """-> (exit code, stderr from its first `error:` line on): the corpus's progress lines before it aside."""
     with pytest.raises(SystemExit) as exit_:
         pictures.main(argv)
-    return exit_.value.code, capsys.readouterr().err.strip().splitlines()
+    lines = capsys.readouterr().err.strip().splitlines()
+    return exit_.value.code, lines[next((i for i, line in enumerate(lines) if line.startswith("error: ")), 0):]
 
 
 def test_without_matplotlib_one_clear_line(run, tmp_path, capsys, monkeypatch):
@@ -151,8 +143,9 @@ def hf_other_vocab(tmp_path_factory):
     (["cosine", "{run}", "--block", "-1"], "argument --block: -1 is not in [0, inf)"),
     (["cosine", "{run}", "--block", "100", "--out", "{tmp}/c.png"], "--block 100 --blocks 2: the held-out set has"),
     (["pca", "{run}", "--tokens", "0"], "argument --tokens: 0 is not in [2, inf)"),
-    (["curves", "{run}", "--out", "{tmp}/c.xyz"], "matplotlib cannot write .xyz files; use one of"),
-    (["curves", "{run}", "--out", "{tmp}/curves"], "has no extension"),
+    (["curves", "{run}", "--out", "{tmp}/c.xyz"], "c.xyz: name a .png, .pdf, .svg file"),
+    (["curves", "{run}", "--out", "{tmp}/curves"], "curves: name a .png, .pdf, .svg file"),
+    (["curves", "{run}", "--out", "{tmp}"], "name a .png, .pdf, .svg file"),  # a folder is no picture
     (["cosine", "{hf}", "--out", "{tmp}/c.png"], "word embeddings; put beside it the vocab.txt the model was trained with"),
 ])
 def test_mistakes_are_one_line(run, hf_other_vocab, tmp_path, capsys, argv, message):
@@ -172,15 +165,16 @@ def test_bad_taco_cache_is_one_line(run, tmp_path, capsys, monkeypatch, cache):
 
 
 @pytest.mark.parametrize("picture", ["cosine", "pca", "curves"])
-def test_every_picture_into_a_folder_alike_at_150_dpi(run, tmp_path, capsys, picture):
-    """--out FOLDER means the same for every picture: FOLDER/<picture>.png, saved at 150 dpi (fit to print)."""
+def test_every_picture_says_where_at_150_dpi(run, tmp_path, capsys, picture):
+    """Every picture alike: the line `wrote PATH`, the file saved at 150 dpi (fit to print); a folder where the
+    file would go is refused in one line."""
     from PIL import Image
-    pictures.main([picture, run, "--out", str(tmp_path)])
-    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / (picture + '.png')}"
-    assert Image.open(tmp_path / f"{picture}.png").info["dpi"][0] == pytest.approx(150, abs=0.1)
-    (tmp_path / "taken").mkdir()
-    (tmp_path / "taken" / f"{picture}.png").mkdir()  # the file it would write is a folder: refused, one line
-    rc, err = one_line_error([picture, run, "--out", str(tmp_path / "taken")], capsys)
+    out = tmp_path / f"{picture}.png"
+    pictures.main([picture, run, "--out", str(out)])
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
+    assert Image.open(out).info["dpi"][0] == pytest.approx(150, abs=0.1)
+    (tmp_path / "taken.png").mkdir()
+    rc, err = one_line_error([picture, run, "--out", str(tmp_path / "taken.png")], capsys)
     assert rc == 2 and len(err) == 1 and "is a folder; pass a file" in err[0], err
 
 

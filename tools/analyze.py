@@ -1,20 +1,8 @@
-"""Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022).
-
-    contextual score  intra- minus inter-context similarity of last-layer states on held-out
-                      blocks (its Fig. 3b / Fig. 6, appendix A.3), and intra / inter (Table 9):
-                      cosine, dot product, or L1 / L2 / L10 distance (then inter - intra: for
-                      every metric a positive score means a context's tokens are closer to each
-                      other than to other contexts' tokens); a context is a packed block, or one
-                      document of a block (documents end with [SEP] inside blocks)
-    word similarity   mean cosine of the input embeddings of the WordSim353-style pairs that
-                      co-occur in a held-out document (its Fig. 3a); extra: the Spearman
-                      correlation of the cosine with the human scores over all pairs
-    self-similarity   per layer, the mean cosine of two distinct tokens of one sequence (TaCL's
-                      analysis, Su et al. 2022), and with --heatmap one sentence's token-by-token cosines
-    sentence probes   a sentence vector, the [CLS] state (what RetroMAE trains) or the mean of the
-                      token states (what sentence encoders such as MiniLM use), docs/retromae.md:
-                      retrieval in the BEIR layout (nDCG@10, MRR@10, Recall@100, scored as
-                      trec_eval scores them) and STS-format similarity (Spearman of the cosine)
+"""Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022): the contextual score
+(intra- minus inter-context similarity of last-layer states on held-out blocks, its Fig. 3b / Fig. 6 / appendix
+A.3, with Table 9's dot-product and L1 / L2 / L10 variants), word similarity (Fig. 3a), TaCL's self-similarity per
+layer and heatmap, and the [CLS] vector's sentence probes (retrieval, STS: docs/retromae.md). docs/paper.md says
+what each number is.
 
     python tools/analyze.py --model runs/taco                       # toy corpus and toy word pairs
     python tools/analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json
@@ -22,7 +10,6 @@
     python tools/analyze.py --model runs/tacl --heatmap heatmap.png  # + one sentence's token x token cosines
     python tools/analyze.py --model runs/retromae --retrieval toy --sts toy   # + the sentence probes
     python tools/analyze.py --model hf_bert_dir --retrieval path/to/beir/scifact --similarity cos
-    python tools/analyze.py --model minilm_dir --data wiki.txt --retrieval wiki_beir/   # mean pooling, its own
 """
 import json
 import math
@@ -38,17 +25,18 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from engine.cli import UsageError, int_range
 from data import load_tokenizer, make_blocks
+from engine.cli import UsageError, int_range
 from engine.corpus import tokenize_corpus
 from engine.evalsets import read_beir, read_pairs, read_sts
+from engine.tasks import spearman
+from engine.toy import toy_corpus, toy_sentence_eval
 from finetune import load_pretrained
 from model import Bert
 from taco import context_groups, pair_sums
-from engine.tasks import spearman
-from engine.toy import toy_corpus, toy_sentence_eval
 
 METRICS = ("cosine", "dot", "l1", "l2", "l10")
+PICTURE_FORMATS = ("png", "pdf", "svg")
 
 
 # ----------------------------------------------------------------------------- contextual score
@@ -71,11 +59,10 @@ def distance_score(h, real, p, groups=None):
 
 @torch.no_grad()
 def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
-    """{metric: {intra, inter, score, ratio}} of the encoder's last-layer states over `batches`
-    (the paper's Table 9). A context is a packed block, or with `sep_id` one document of a block
-    (taco.contextual_score's two forms; its cosine is this one). cosine / dot: mean similarity,
-    score = intra - inter; l1 / l2 / l10: mean distance, score = inter - intra. ratio = intra / inter
-    (> 1 for similarities, < 1 for distances means the same)."""
+    """{metric: {intra, inter, score, ratio}} of the encoder's last-layer states over `batches` (the paper's
+    Table 9). A context is a packed block, or with `sep_id` one document of a block (taco.contextual_score's
+    two forms; its cosine is this one). cosine / dot: mean similarity, score = intra - inter; l1 / l2 / l10:
+    mean distance, score = inter - intra. ratio = intra / inter (> 1 for similarities, < 1 for distances)."""
     was_training = encoder.training
     encoder.eval()
     sums = {m: Counter() for m in metrics}  # intra_sum, intra_n, inter_sum, inter_n pooled over batches
@@ -170,15 +157,13 @@ def token_cosines(encoder, tok, sentence):
     return tokens, (z @ z.T).numpy()
 
 
-PICTURE_FORMATS = ("png", "pdf", "svg")
-
+# ----------------------------------------------------------------------------- pictures (pictures.py, study.py)
 
 def picture_path(path, flag):
-    """Check a picture's path before any work: a writable file whose extension names the format."""
-    path = cli.output_path(path, flag, folder=False)  # a folder or a FIFO is said as such
+    """Check a picture's path before any work: a file in an existing folder, its extension naming the format."""
     if os.path.splitext(path)[1][1:].lower() not in PICTURE_FORMATS:
         raise UsageError(f"{flag} {path}: name a .{', .'.join(PICTURE_FORMATS)} file")
-    return path
+    return cli.output_path(path, flag, folder=False)
 
 
 def pyplot(need=None):
@@ -196,21 +181,18 @@ def pyplot(need=None):
 
 
 def save_figure(fig, path, plt):
-    """Write a figure whole (a temp file, then renamed; its folder made if missing), its format named by the
-    extension, at 150 dpi: fit to print or project."""
+    """Write a figure whole (a temp file, then renamed; its folder made if missing) at 150 dpi: fit to print."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1][1:].lower() or "png", dpi=150,
-                                                         bbox_inches="tight"))
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    checkpoints.atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=150, bbox_inches="tight"))
     plt.close(fig)
 
 
 def plot_heatmaps(panels, tokens, path):
     """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
     Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
-    plt = pyplot()
-    if plt is None:
-        print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
-        return
+    if (plt := pyplot()) is None:
+        return print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)
     low = min(0.0, *(float(m.min()) for m in panels.values()))  # one colour scale for every panel
     for ax, (name, matrix) in zip(axes[0], panels.items()):
@@ -251,12 +233,9 @@ def word_similarity(embeddings, tok, pairs, batches=None):
 # ----------------------------------------------------------------------------- sentence embeddings
 
 @torch.no_grad()
-def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=None):
-    """(N, H) float32 sentence embeddings of `[CLS] text [SEP]` (cut to max_len), no pooler:
-    pooling "cls" takes the last-layer [CLS] state (RetroMAE's retriever), "mean" the mean of the
-    last-layer states of every real token, [CLS] and [SEP] included (sentence-transformers' mean
-    pooling, as MiniLM's sentence encoder uses it). Batches of similar length; a progress bar
-    named `desc` on a terminal."""
+def embed(encoder, tok, texts, max_len=128, batch_size=64, desc=None):
+    """(N, H) float32 sentence vectors: the last-layer [CLS] state of `[CLS] text [SEP]` (cut to max_len), no
+    pooler, as RetroMAE's retriever reads it. Batches of similar length; a progress bar named `desc`."""
     was_training = encoder.training
     encoder.eval()
     device = next(encoder.parameters()).device
@@ -266,10 +245,8 @@ def embed(encoder, tok, texts, max_len=128, batch_size=64, pooling="cls", desc=N
     for i in tqdm(range(0, len(order), batch_size), desc=desc, disable=None if desc else True, leave=False):
         rows = order[i:i + batch_size]
         batch = pad_sequence([torch.tensor(ids[r]) for r in rows], batch_first=True, padding_value=tok.pad_id)
-        real = (batch != tok.pad_id).to(device)
-        h, _ = encoder(batch.to(device), attention_mask=real)
-        real = real[..., None].float()  # (B, T, 1)
-        out[rows] = ((h.float() * real).sum(1) / real.sum(1) if pooling == "mean" else h[:, 0].float()).cpu()
+        h, _ = encoder(batch.to(device), attention_mask=(batch != tok.pad_id).to(device))
+        out[rows] = h[:, 0].float().cpu()
     encoder.train(was_training)
     return out
 
@@ -309,32 +286,28 @@ def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100, doc_
             f"recall@{k_recall}": float(np.mean(recall)), "queries": Q}
 
 
-def dense_retrieval(encoder, tok, beir, similarity="dot", max_len=128, pooling="cls"):
-    """Zero-shot dense retrieval on a BEIR data set (read_beir's result): each text one vector
-    (`embed`'s pooling), ranked by dot product (RetroMAE's choice) or cosine. As BEIR evaluates:
-    queries without judgements are left out, and a document whose id is its query's is not ranked
-    for it (BEIR's ignore_identical_ids)."""
+def dense_retrieval(encoder, tok, beir, similarity="dot", max_len=128):
+    """Zero-shot dense retrieval on a BEIR data set (read_beir's result): each text its [CLS] vector, ranked by
+    dot product (RetroMAE's choice) or cosine. As BEIR evaluates: queries without judgements are left out, and a
+    document whose id is its query's is not ranked for it (BEIR's ignore_identical_ids)."""
     corpus, queries, qrels = beir
     judged = [(qid, text) for qid, text in queries if qid in qrels]
     doc_ids = [did for did, _ in corpus]
-    column = {did: i for i, did in enumerate(doc_ids)}
-    d = embed(encoder, tok, [t for _, t in corpus], max_len, pooling=pooling, desc="embedding documents")
-    q = embed(encoder, tok, [t for _, t in judged], max_len, pooling=pooling, desc="embedding queries")
+    d = embed(encoder, tok, [t for _, t in corpus], max_len, desc="embedding documents")
+    q = embed(encoder, tok, [t for _, t in judged], max_len, desc="embedding queries")
     if similarity == "cos":
         d, q = F.normalize(d, dim=-1), F.normalize(q, dim=-1)
+    column = {did: i for i, did in enumerate(doc_ids)}
     skip = [column.get(qid) for qid, _ in judged]
     metrics = retrieval_metrics(q @ d.T, [qrels[qid] for qid, _ in judged], doc_ids=doc_ids, skip=skip)
-    return {"similarity": similarity, "pooling": pooling, "documents": len(corpus), **metrics,
+    return {"similarity": similarity, "documents": len(corpus), **metrics,
             "same_id_skipped": sum(c is not None for c in skip)}
 
 
-def sentence_similarity(encoder, tok, pairs, max_len=128, pooling="cls"):
-    """Spearman of the cosine of two sentence vectors (`embed`'s pooling) with the gold scores, no
-    fine-tuning (SimCSE-style STS)."""
-    a = embed(encoder, tok, [p[0] for p in pairs], max_len, pooling=pooling)
-    b = embed(encoder, tok, [p[1] for p in pairs], max_len, pooling=pooling)
-    cos = F.cosine_similarity(a, b, dim=-1)
-    return {"pairs": len(pairs), "pooling": pooling, "spearman": spearman(cos.tolist(), [p[2] for p in pairs]),
+def sentence_similarity(encoder, tok, pairs, max_len=128):
+    """Spearman of the cosine of two [CLS] vectors with the gold scores, no fine-tuning (SimCSE-style STS)."""
+    cos = F.cosine_similarity(*(embed(encoder, tok, [p[i] for p in pairs], max_len) for i in (0, 1)), dim=-1)
+    return {"pairs": len(pairs), "spearman": spearman(cos.tolist(), [p[2] for p in pairs]),
             "mean_cosine": cos.mean().item()}
 
 
@@ -354,25 +327,6 @@ def load_encoder(spec):
     cfg = os.path.join(os.path.dirname(source), "config.json")
     run_args = checkpoints.read_json(cfg)["args"] if os.path.isfile(source) and os.path.isfile(cfg) else {}
     return encoder.eval(), tok, run_args, source
-
-
-def sentence_defaults(source):
-    """(pooling, similarity, where from) for the sentence probes: a sentence-transformers folder's
-    own (its Pooling module's mode; cosine, sentence-transformers' similarity), else [CLS] and dot
-    product (RetroMAE's)."""
-    path = os.path.join(source, "modules.json")
-    if not os.path.isfile(path):
-        return "cls", "dot", "RetroMAE's, the default"
-    with open(path, encoding="utf-8") as f:
-        folder = next(m["path"] for m in json.load(f) if m["type"].endswith(".Pooling"))
-    config = checkpoints.read_json(os.path.join(source, folder, "config.json"))
-    modes = [config["pooling_mode"]] if "pooling_mode" in config else \
-        [k[len("pooling_mode_"):] for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
-    pooling = {("cls",): "cls", ("cls_token",): "cls", ("mean",): "mean", ("mean_tokens",): "mean"}.get(tuple(modes))
-    if pooling is None:
-        print(f"warning: {source} pools by {' + '.join(map(str, modes)) or 'nothing'}; only cls and mean are offered: "
-              f"[CLS] pooling", file=sys.stderr)
-    return pooling or "cls", "cos", "its sentence-transformers config"
 
 
 def analyze(encoder, tok, batches, pairs, metrics=("cosine",)):
@@ -397,16 +351,16 @@ def format_report(result):
     lines.append(f"  extra: Spearman {w['spearman']:.4f} with the human scores, mean cosine {w['mean_cosine']:.4f}, "
                  f"over {w['used']} pairs ({w['skipped']} of {w['pairs']} skipped: not single tokens)")
     if r := result.get("retrieval"):
-        lines.append(f"retrieval ({r['pooling']} pooling, {r['similarity']}, {r['queries']} queries, {r['documents']} "
-                     f"documents): nDCG@10 {r['ndcg@10']:.4f}, MRR@10 {r['mrr@10']:.4f}, Recall@100 {r['recall@100']:.4f}")
+        lines.append(f"retrieval (cls pooling, {r['similarity']}, {r['queries']} queries, {r['documents']} documents): "
+                     f"nDCG@10 {r['ndcg@10']:.4f}, MRR@10 {r['mrr@10']:.4f}, Recall@100 {r['recall@100']:.4f}")
     if s := result.get("sts"):
-        lines.append(f"sentence similarity ({s['pooling']} pooling, cosine): Spearman {s['spearman']:.4f} over {s['pairs']} pairs")
+        lines.append(f"sentence similarity (cls pooling, cosine): Spearman {s['spearman']:.4f} over {s['pairs']} pairs")
     return "\n".join(lines)
 
 
 def main(argv=None):
     p = cli.ArgumentParser(description="Probes of a checkpoint: contextual score, self-similarity, word similarity; "
-                           "with --retrieval / --sts, its sentence vectors.", formatter_class=cli.HelpFormatter)
+                           "with --retrieval / --sts, its [CLS] sentence vectors.", formatter_class=cli.HelpFormatter)
     p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), "
                    "checkpoint file, or Hugging Face BERT directory with vocab.txt")
     p.add_argument("--data", help="text for the contextual score (as taco.py --data); default: the run's, else toy")
@@ -423,11 +377,8 @@ def main(argv=None):
                    "qrels/test.tsv), or toy: the toy grammar's")
     p.add_argument("--sts", help="also: Spearman of the cosine of two sentence vectors on an STS-format TSV "
                    "(sentence1, sentence2, score), or toy")
-    p.add_argument("--pooling", choices=["cls", "mean"], help="sentence vector of --retrieval and --sts: the "
-                   "last-layer [CLS] state (RetroMAE's) or the mean over every real token (sentence-transformers'); "
-                   "default: a sentence-transformers folder's own, else cls")
-    p.add_argument("--similarity", choices=["dot", "cos"], help="retrieval score of two sentence vectors; default: "
-                   "cos for a sentence-transformers folder, else dot (RetroMAE's)")
+    p.add_argument("--similarity", choices=["dot", "cos"], default="dot",
+                   help="retrieval score of two sentence vectors; dot is RetroMAE's")
     p.add_argument("--json", help="also write the results to this JSON file")
     cli.add_threads_flag(p)
     p.add_argument("--heatmap", help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's token x token "
@@ -445,10 +396,10 @@ def main(argv=None):
             cli.output_path(args.json, "--json", folder=False)
         if args.heatmap:
             picture_path(args.heatmap, "--heatmap")
-        toy_eval = toy_sentence_eval(args.cache_dir) if "toy" in (args.retrieval, args.sts) else None
-        retrieval = args.retrieval and (os.path.join(toy_eval, "retrieval") if args.retrieval == "toy" else args.retrieval)
-        sts_pairs = args.sts and read_sts(os.path.join(toy_eval, "sts.tsv") if args.sts == "toy" else args.sts)
+        toy = toy_sentence_eval(args.cache_dir) if "toy" in (args.retrieval, args.sts) else None
+        retrieval = os.path.join(toy, "retrieval") if args.retrieval == "toy" else args.retrieval
         beir = retrieval and read_beir(retrieval)
+        sts_pairs = args.sts and read_sts(os.path.join(toy, "sts.tsv") if args.sts == "toy" else args.sts)
         encoder, tok, run_args, source = load_encoder(args.model)
         if word_similarity(encoder.embeddings.word.weight.detach(), tok, pairs)["used"] == 0:
             raise UsageError(f"none of the {len(pairs)} pairs of {pairs_file} are two single tokens of "
@@ -468,15 +419,10 @@ def main(argv=None):
         batches = list(torch.from_numpy(held.astype(np.int64)).split(args.batch_size))
         result = {"model": source, "data": data, "max_len": max_len, "blocks": len(held), "probe": about,
                   "pairs_file": pairs_file, **analyze(encoder, tok, batches, pairs, metrics)}
-        if beir or sts_pairs:
-            pooling, similarity, why = sentence_defaults(source)
-            pooling, similarity = args.pooling or pooling, args.similarity or similarity
-            print(f"sentence vectors: {pooling} pooling ({'--pooling' if args.pooling else why})"
-                  + (f", {similarity} similarity ({'--similarity' if args.similarity else why})" if beir else ""))
         if beir:
-            result["retrieval"] = {"folder": retrieval, **dense_retrieval(encoder, tok, beir, similarity, max_len, pooling)}
+            result["retrieval"] = {"folder": retrieval, **dense_retrieval(encoder, tok, beir, args.similarity, max_len)}
         if sts_pairs:
-            result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len, pooling)
+            result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len)
         print(format_report(result))
         if args.json:  # before the picture: a picture that fails never costs the numbers
             strict = json.loads(json.dumps(result), parse_constant=lambda nan: None)  # NaN, Infinity: null

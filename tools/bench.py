@@ -2,16 +2,14 @@
 
     python tools/bench.py --size small --batch_size 16 --max_len 128 --threads 2 --steps 20   # CPU (README: Speed)
     python tools/bench.py --size base --max_len 256 --batch_size 32 --dtype bf16 --compile   # one GPU
-    python tools/bench.py --variants taco-mlm,taco-tc --profile       # + where the time goes, op by op
     python tools/bench.py --gpu_check                                 # the prepared check for a GPU (docs/speed.md)
 
 Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as taco.configure_optimizer
 builds it) on the same random batch (vocabulary 30,522, 15% masked by data.mask_tokens), the variants taking
 turns step by step (A B C D A B C D ...: the machine's drift cancels in the medians): taco-mlm, taco-tc (+ the
-TC loss: TACO), hf-mlm (transformers.BertForMaskedLM, sdpa), hf-tc (+ the plain TC loss, as users bolt it on)
-and, on request, taco-retromae. docs/speed.md says what each variant and column measures. The last lines are
-machine-readable: speedup_vs_hf (taco-mlm tokens/s / hf-mlm's), tc_overhead (taco-tc step time / taco-mlm's)
-and, when measured, retromae_overhead (taco-retromae step time / taco-mlm's).
+TC loss: TACO), hf-mlm (transformers.BertForMaskedLM, sdpa), hf-tc (+ the plain TC loss, as users bolt it on).
+docs/speed.md says what each variant and column measures. The last lines are machine-readable: speedup_vs_hf
+(taco-mlm tokens/s / hf-mlm's) and tc_overhead (taco-tc step time / taco-mlm's).
 """
 import argparse
 import contextlib
@@ -27,22 +25,18 @@ from engine import cli, fast  # first, before torch loads (engine/__init__.py)
 import torch
 
 from engine.cli import float_range, int_range
-from data import mask_tokens, retromae_batch
-from model import SIZES, BertConfig, BertForPreTraining, RetroMAEForPreTraining
-from taco import DecoderInputs, MaskedBatch, compute_loss, configure_optimizer, retromae_loss, tc_loss
+from data import mask_tokens
+from model import SIZES, BertConfig, BertForPreTraining
+from taco import MaskedBatch, compute_loss, configure_optimizer, tc_loss
 
 VARIANTS = ["taco-mlm", "taco-tc", "hf-mlm", "hf-tc"]
-ON_REQUEST = ["taco-retromae"]
 # Dense bf16 peak TFLOP/s by torch.cuda.get_device_name(), for MFU: the exact names, since the
 # PCIe and NVL parts of one chip run slower than its SXM part. Another name: --peak_tflops.
 PEAK_BF16 = {"NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA H100 NVL": 835, "NVIDIA H200": 989,
-             "NVIDIA H200 NVL": 835, "NVIDIA GH200 480GB": 989, "NVIDIA H800": 989, "NVIDIA H800 PCIe": 756,
-             "NVIDIA B200": 2250, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-SXM4-40GB": 312,
-             "NVIDIA A100-PCIE-40GB": 312, "NVIDIA A100 80GB PCIe": 312, "NVIDIA A800-SXM4-80GB": 312,
-             "NVIDIA L40S": 362, "NVIDIA L4": 121, "NVIDIA A10": 125}
-# bert-base-uncased's special ids; for RetroMAE's whole-word masks every random id is a whole word
+             "NVIDIA H200 NVL": 835, "NVIDIA B200": 2250, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-SXM4-40GB": 312,
+             "NVIDIA A100-PCIE-40GB": 312, "NVIDIA A100 80GB PCIe": 312, "NVIDIA L40S": 362, "NVIDIA L4": 121}
 TOK = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mask_id=103, pad_id=0, cls_id=101,
-                      sep_id=102, is_continuation=torch.zeros(30522, dtype=torch.bool))
+                      sep_id=102)  # bert-base-uncased's special ids
 
 
 def get_args(argv=None):
@@ -57,19 +51,16 @@ def get_args(argv=None):
     p.add_argument("--warmup", type=int_range(0), default=2, help="untimed steps per variant first")
     cli.add_threads_flag(p)
     p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of "
-                   + ", ".join(VARIANTS + ON_REQUEST))
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     p.add_argument("--peak_tflops", type=float_range(0, lo_open=True),
                    help="the device's dense bf16 TFLOP/s for MFU (default: looked up by GPU name)")
-    p.add_argument("--profile", action="store_true", help="also print torch.profiler's top operations of one step "
-                   "of each variant")
     p.add_argument("--gpu_check", action="store_true", help="the prepared check for a GPU (docs/speed.md): the step "
                    "of BERT-base against Hugging Face's, eager and compiled, and the largest micro-batch, within 7.5 "
                    "minutes; its tables for docs/speed.md")
     args = p.parse_args(argv)
     args.variants = args.variants.split(",")
-    if unknown := set(args.variants) - set(VARIANTS + ON_REQUEST):
-        p.error(f"unknown variant(s) {', '.join(sorted(unknown))}: choose from {', '.join(VARIANTS + ON_REQUEST)}")
+    if unknown := set(args.variants) - set(VARIANTS):
+        p.error(f"unknown variant(s) {', '.join(sorted(unknown))}: choose from {', '.join(VARIANTS)}")
     check = args.gpu_check
     args.size, args.batch_size = args.size or ("base" if check else "small"), args.batch_size or (32 if check else 16)
     args.max_len = args.max_len or (256 if check else 128)
@@ -90,30 +81,22 @@ def main(argv=None):
 
 # ----------------------------------------------------------------------------- one step of each variant
 
-def make_batch(args, retromae=False):
-    """Random ids of bert-base-uncased's vocabulary, [CLS] ... [SEP], 15% masked (80/10/10) ->
-    (inputs, labels) on the device; retromae: RetroMAE's batch -> ((inputs, labels, DecoderInputs), ms it took)."""
+def make_batch(args):
+    """Random ids of bert-base-uncased's vocabulary, [CLS] ... [SEP], 15% masked (80/10/10) -> (inputs, labels)."""
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(999, TOK.vocab_size, (args.batch_size, args.max_len), generator=gen)
     ids[:, 0], ids[:, -1] = TOK.cls_id, TOK.sep_id
-    if not retromae:
-        return [t.to(args.device) for t in mask_tokens(ids, TOK, 0.15, gen)]
-    t0 = time.perf_counter()
-    inputs, labels, visible, dec_labels = retromae_batch(ids, TOK, 0.3, 0.5, gen)
-    ms = (time.perf_counter() - t0) * 1e3
-    return (inputs.to(args.device), labels.to(args.device), DecoderInputs(ids, visible, dec_labels).to(args.device)), ms
+    return [t.to(args.device) for t in mask_tokens(ids, TOK, 0.15, gen)]
 
 
 def make_step(name, args, cfg, inputs, labels):
-    """-> (step(seed), model): one full training step of the variant."""
+    """-> step(seed): one full training step of the variant."""
     torch.manual_seed(0)
     if name.startswith("hf"):
         import transformers
         model = transformers.BertForMaskedLM(transformers.BertConfig(attn_implementation="sdpa", **cfg.to_hf_dict()))
     else:  # taco's CPU dropout and attention, as taco.py trains
-        model = fast.speed_up(RetroMAEForPreTraining(cfg) if name == "taco-retromae" else BertForPreTraining(cfg))
-    if name == "taco-retromae":
-        inputs, labels, dec = make_batch(args, retromae=True)[0]
+        model = fast.speed_up(BertForPreTraining(cfg))
     model = model.to(args.device).train()
     loss_args = SimpleNamespace(objective="taco" if name.endswith("tc") else "mlm", tc_weight=1.0, window=5,
                                 negatives=50, temperature=0.07, negatives_from="device", plain_tc=False, plain=False)
@@ -124,9 +107,7 @@ def make_step(name, args, cfg, inputs, labels):
     def step(seed):
         gen = torch.Generator(args.device).manual_seed(seed)
         with args.autocast:
-            if name == "taco-retromae":
-                loss = retromae_loss(run, inputs, labels, dec)[0]
-            elif name.startswith("taco"):
+            if name.startswith("taco"):
                 loss = compute_loss(run, MaskedBatch(inputs, labels), loss_args, gen)[0]
             else:
                 out = run(input_ids=inputs, labels=labels, output_hidden_states=name == "hf-tc")
@@ -138,7 +119,7 @@ def make_step(name, args, cfg, inputs, labels):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-    return step, model
+    return step
 
 
 def sync(device):
@@ -159,21 +140,6 @@ def alternate(fns, device, rounds, warmup=0):
             if i >= warmup:
                 times.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
     return {name: statistics.median(times[name]) for name in fns}
-
-
-def saved_bytes(step, model):
-    """Bytes autograd keeps for the backward in one step (parameters excluded)."""
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in params:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        step(0)
-    return sum(seen.values())
 
 
 def peak_flops(args, name):
@@ -211,7 +177,8 @@ def head(*names):
 
 
 def measure(args):
-    """Time (and size) every variant; print the table and the machine-readable lines -> {variant: median ms}."""
+    """Time every variant (and its peak memory on CUDA); print the table and the machine-readable lines
+    -> {variant: median ms}."""
     cfg = BertConfig.from_size(args.size)
     inputs, labels = make_batch(args)
     try:
@@ -220,14 +187,10 @@ def measure(args):
         transformers = None
         print("note: transformers is not installed; the hf-* variants are skipped")
         args.variants = [v for v in args.variants if not v.startswith("hf")]
-    steps, saved, peak, cuda = {}, {}, {}, args.device.type == "cuda"
-    for v in args.variants:
-        steps[v], model = make_step(v, args, cfg, inputs, labels)
-        if not args.compile:  # saved-tensor hooks and torch.compile do not mix
-            saved[v] = saved_bytes(steps[v], model)
-    med = alternate(steps, args.device, args.steps, args.warmup)  # ms
-    for v in args.variants if cuda else ():  # a fresh model: its gradients and AdamW state count
-        peak[v] = peak_memory(make_step(v, args, cfg, inputs, labels)[0])
+    cuda = args.device.type == "cuda"
+    med = alternate({v: make_step(v, args, cfg, inputs, labels) for v in args.variants}, args.device, args.steps,
+                    args.warmup)  # ms
+    peak = {v: peak_memory(make_step(v, args, cfg, inputs, labels)) for v in args.variants if cuda}  # a fresh model
 
     tokens, name = args.batch_size * args.max_len, device_name(args.device)
     threads = f", {torch.get_num_threads()} threads" if not cuda else ""
@@ -235,15 +198,11 @@ def measure(args):
           f"{args.batch_size} x {args.max_len}, {args.dtype}{', compiled' if args.compile else ''} | {name}{threads} | "
           f"torch {torch.__version__}{f', transformers {transformers.__version__}' if transformers else ''} | "
           f"median of {args.steps} alternating steps\n")
-    print(head("variant", "step ms:", "tokens/s:", "vs hf-mlm:", "peak MB:", "saved MB:", "MFU:"))
+    print(head("variant", "step ms:", "tokens/s:", "vs hf-mlm:", "peak MB:", "MFU:"))
     for v in args.variants:
-        mb = [f"{d[v] / 2**20:,.0f}" if v in d else "-" for d in (peak, saved)]
         print(row(v, f"{med[v]:.0f}", f"{tokens / med[v] * 1e3:,.0f}",
-                  f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-", *mb,
-                  mfu(args, name, cfg, labels, med[v])))
-    if args.profile:
-        for v in args.variants:
-            print(f"\nwhere the time of one {v} step goes:\n{profile(steps[v], args.device)}")
+                  f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-",
+                  f"{peak[v] / 2**20:,.0f}" if cuda else "-", mfu(args, name, cfg, labels, med[v])))
 
     def ratio(a, b):
         return med[a] / med[b] if a in med and b in med else float("nan")
@@ -255,10 +214,6 @@ def measure(args):
           f"{2 * (tokens * tokens + tokens * 51) * cfg.hidden_size / 1e9:.3g} GFLOP")
     print(f"speedup_vs_hf: {ratio('hf-mlm', 'taco-mlm'):.3f}")
     print(f"tc_overhead: {ratio('taco-tc', 'taco-mlm'):.3f}")
-    if "taco-retromae" in med:
-        prep = statistics.median(make_batch(args, retromae=True)[1] for _ in range(3))
-        print(f"retromae batch (whole-word masks + decoder visibility, CPU, not in the step): {prep:.0f} ms")
-        print(f"retromae_overhead: {ratio('taco-retromae', 'taco-mlm'):.3f}")
     return med
 
 
@@ -272,17 +227,6 @@ def peak_memory(step):
     step(1)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - before
-
-
-def profile(step, device, rows=15):
-    """torch.profiler's table of one step: the operations that take the most time themselves."""
-    from torch.profiler import ProfilerActivity
-    cuda = device.type == "cuda"
-    with torch.profiler.profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as p:
-        step(0)
-        sync(device)
-    return p.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
-                                  row_limit=rows)
 
 
 # ----------------------------------------------------------------------------- the GPU check
@@ -316,8 +260,7 @@ def largest(args):
         run = argparse.Namespace(**{**vars(args), "batch_size": b})
         try:
             inputs, labels = make_batch(run)
-            ms = alternate({b: make_step("taco-tc", run, cfg, inputs, labels)[0]}, args.device, args.steps,
-                           args.warmup)[b]
+            ms = alternate({b: make_step("taco-tc", run, cfg, inputs, labels)}, args.device, args.steps, args.warmup)[b]
         except torch.cuda.OutOfMemoryError:
             return print(f"{b} x {T} does not fit")
         print(row(f"{b} x {T}", f"{ms:.0f}", f"{b * T / ms * 1e3:,.0f}", mfu(args, name, cfg, labels, ms)))

@@ -4,15 +4,13 @@
     python tools/export.py runs/retromae/ckpt_00000600.pt hf/retromae
     python tools/export.py runs/minilm_taco hf/minilm_taco --encoder_only   # a BertModel: no MLM head
 
-OUT gets config.json (BertForMaskedLM), model.safetensors (the encoder, its [CLS] pooler and the MLM head),
-vocab.txt with tokenizer_config.json, and sentence-transformers' modules.json with its pooling: transformers'
-Auto* classes, sentence_transformers.SentenceTransformer("hf/taco"), `finetune.py --model` and `taco.py
---init` load it as a model from the hub. RetroMAE's decoder serves pre-training only and is left out, as the
-official code does. A run that never had a pooler (pre-training trains none) gets a freshly initialised one,
-as transformers would make, so that no weight is reported missing; an --init's pooler is exported as it was.
-The key mapping is model.py's (`to_hf_state_dict`): this file only chooses and writes. OUT is written whole
-(engine/folders.py): a new or empty folder, or, with --force, a non-empty one, never a run, the source or the
-repository.
+OUT gets what transformers' Auto* classes, sentence_transformers.SentenceTransformer, `finetune.py --model` and
+`taco.py --init` load: config.json (BertForMaskedLM), model.safetensors (the encoder, its [CLS] pooler and the MLM
+head; RetroMAE's decoder serves pre-training only and is left out, as upstream), vocab.txt, tokenizer_config.json,
+and sentence-transformers' modules.json with its pooling. A run that never had a pooler gets a freshly initialised
+one (as transformers would make), so that no weight is reported missing. The key mapping is model.py's. OUT is
+written beside and renamed into place (engine/folders.py): a non-empty OUT only with --force, never a run, the
+source or the repository.
 """
 import os
 import sys
@@ -30,13 +28,13 @@ def export(spec, out, pooling=None, encoder_only=False, force=False):
     non-empty `out` is replaced with `force` (folders.replacing: never the source, a run, ...)."""
     folders.check(out, "export.py", force, {"SOURCE": spec})  # before any work
     source, run = checkpoints.trained_with(spec)
+    torch.manual_seed(0)  # a fresh pooler (or a fresh MLM head for an encoder without one) is the same in every export
     init = checkpoints.load_init(spec, "SOURCE")  # the weights, RetroMAE's decoder included
     vocab = checkpoints.vocab_beside(source)
     if not os.path.isfile(vocab):
         raise cli.UsageError(f"{source} has no vocab.txt beside it: put there the one the model was trained with")
     cfg, fresh_pooler = init.config, not init.config.pooler
     cfg.pooler = True
-    torch.manual_seed(0)  # a fresh pooler is the same in every export
     model = BertForPreTraining(cfg)
     state = {k: v for k, v in init.state.items() if not k.startswith("decoder.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -100,7 +98,6 @@ def main(argv=None):
                    "repository)")
     with cli.errors():
         args = p.parse_args(argv)
-        cli.output_path(args.out, "OUT", folder=True)
         print(export(args.source, args.out, args.pooling, args.encoder_only, args.force))
 
 

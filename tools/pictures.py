@@ -1,14 +1,12 @@
-"""Pictures of what the TC loss does, as PNG (or PDF, SVG, ...) files, from taco run directories (offline).
+"""Pictures of what the TC loss does (docs/pictures.md), from taco run directories, offline; drawn with matplotlib.
 
     python tools/pictures.py cosine runs/mlm runs/taco --out cosine.png   # token x token cosines of two held-out blocks
     python tools/pictures.py pca runs/mlm runs/taco --out pca.png         # global parts g, coloured by block and by topic
     python tools/pictures.py curves runs/mlm runs/taco --out curves.png   # loss, MLM, each objective's own loss, contextual score
 
-TACO's cosine picture is one bright square per BLOCK: its tokens agree with each other whichever document they
-come from, and not with the next block. TC's negatives come from the other sequences of the batch
-(sample_negatives), so for TC a context is a block; in pca each TACO cluster is one block, and blocks of one
-topic do not merge. What each picture draws: docs/pictures.md. Drawing needs matplotlib (`pip install
-matplotlib`); the rest of taco does not. Mistakes end in one `error:` line, exit 2 (cli.errors).
+TACO's cosine picture is one bright square per BLOCK, whichever documents it holds: TC's negatives come from the
+other sequences of the batch (sample_negatives), so for TC a context is a block; in pca each TACO cluster is one
+block, and blocks of one topic do not merge.
 """
 import os
 import sys
@@ -72,26 +70,6 @@ def objective_of(run):
 
 
 # ----------------------------------------------------------------------------- the pictures
-
-def output_file(out, picture):
-    """--out, checked before any work: a file whose extension matplotlib writes (png, pdf, svg, ...),
-    or a folder (an existing one, or a path ending in /) that gets <picture>.png inside it, for every
-    picture alike (`cosine.png`, `pca.png`, `curves.png`). -> the path written."""
-    analyze.pyplot("pictures.py")
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    if out.endswith(("/", os.sep)) or os.path.isdir(out):
-        cli.output_path(out, "--out", folder=True)
-        inside = os.path.join(out, f"{picture}.png")
-        return cli.output_path(inside, "--out", folder=False) if os.path.isdir(out) else inside
-    ext = os.path.splitext(out)[1].lstrip(".").lower()
-    formats = FigureCanvasAgg.get_supported_filetypes()
-    if not ext:
-        raise UsageError(f"--out {out} has no extension: name a file such as {out}.png (or .pdf, .svg), or a "
-                         f"folder ending in /")
-    if ext not in formats:
-        raise UsageError(f"--out {out}: matplotlib cannot write .{ext} files; use one of {', '.join(sorted(formats))}")
-    return cli.output_path(out, "--out", folder=False)
-
 
 def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
     """Token x token cosine matrix of n_blocks consecutive held-out blocks for each run; block
@@ -211,7 +189,7 @@ def curves(run_dirs, out):
 
 
 def save(fig, out, plt):
-    analyze.save_figure(fig, out, plt)  # whole, at 150 dpi, in a --out folder made if it did not exist yet
+    analyze.save_figure(fig, out, plt)  # whole, at 150 dpi
     print(f"wrote {out}")
     return out
 
@@ -231,13 +209,14 @@ def main(argv=None):
     k = sub.add_parser("curves", help="loss, MLM, each objective's own loss and contextual score vs step")
     k.add_argument("runs", nargs="+", help="taco run directories")
     for name, picture in sub.choices.items():  # the flags every picture has, last in its --help
-        picture.add_argument("--out", default=f"{name}.png", help="a picture file (.png, .pdf, .svg, ...) or a folder")
+        picture.add_argument("--out", default=f"{name}.png", help="the picture file: .png, .pdf or .svg")
         if name != "curves":  # curves reads numbers, runs no model
             cli.add_threads_flag(picture)
     args = p.parse_args(argv)
     with cli.errors():
         cli.set_threads(getattr(args, "threads", None))
-        out = output_file(args.out, args.picture)  # before any work
+        analyze.pyplot("pictures.py")  # before any work: matplotlib is there, --out can be written
+        out = analyze.picture_path(args.out, "--out")
         if args.picture == "cosine":
             return cosine(args.runs, out, args.part, args.block, args.blocks)
         if args.picture == "pca":
