@@ -24,10 +24,9 @@ def say(line):
 # ----------------------------------------------------------------------------- recipes
 
 # Fine-tuning defaults by what the model is (each flag overrides its value). small / base: the authors' scripts
-# (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32, max length 128) with the Hugging Face Trainer
-# defaults they keep (weight decay 0, linear decay, clip 1.0), by width: small's below hidden 768 (BERT-small,
-# MiniLM), base's from it. Their 100 warm-up steps become at most 10% of the training (warmup_steps), so that a
-# small task trains too. toy: ours, for taco's toy runs (tiny, mini) on the toy pair task.
+# (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32, max length 128, the Hugging Face Trainer's weight
+# decay 0, linear decay, clip 1.0) by width: small's below hidden 768 (BERT-small, MiniLM), base's from it; their
+# 100 warm-up steps at most 10% of the training (warmup_steps). toy: ours, for taco's toy runs (tiny, mini).
 FT_RECIPES = {
     "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),
     "small": dict(lr=5e-5, epochs=4, warmup=None, weight_decay=0.0),
@@ -75,21 +74,17 @@ def write_tsv(path, header, rows):  # predictions, written whole
 
 
 def save_best(model, task, record, tok, args):
-    """OUT/best/TASK: the best run's classifier by dev main score, in Hugging Face format (transformers loads it,
-    labels by name), with what --predict needs (saved_task). A better one of the same pre-trained model is kept;
-    one of another is replaced, with a note. Written whole (folders.replacing)."""
-    path, old = os.path.join(args.out, "best", task.name), {"model": None}
+    """OUT/best/TASK: the classifier with the best dev main score of the runs into OUT, in Hugging Face format
+    (transformers loads it, labels by name), with what --predict needs (saved_task). Written whole."""
+    path, best = os.path.join(args.out, "best", task.name), -np.inf
     with contextlib.suppress(OSError, cli.UsageError, KeyError):
-        old = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]
-    if old["model"] == record["model"] and old["dev"]["main"] >= record["metrics"]["main"]:
+        best = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]["dev"]["main"]
+    if best >= record["metrics"]["main"]:
         return
-    if old["model"] not in (None, record["model"]):
-        print(f"note: {path} held a classifier of {old['model']}; replaced by this one of {record['model']}",
-              file=sys.stderr)
     labels = {} if task.labels is None else {"id2label": dict(enumerate(task.labels)),
                                              "label2id": {n: i for i, n in enumerate(task.labels)}}
-    about = {"name": task.name, "text": task.text, "label": task.tsv[-1], "labels": task.labels, "metrics": task.metrics,
-             "dev": record["metrics"], **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")}}
+    about = dict(name=task.name, text=task.text, labels=task.labels, metrics=task.metrics, dev=record["metrics"],
+                 **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")})
     with folders.replacing(path, "finetune.py", True, {"--model": args.model}) as tmp:
         model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
                               finetuning_task=task.name, taco_task=about, **labels)
@@ -102,8 +97,8 @@ def saved_task(folder):
     if not about:
         raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
                             f"{folder} is not one")
-    text, labels = tuple(about["text"]), about["labels"]  # labels None: a regression
-    return Task(about["name"], text, labels and tuple(labels), (), tsv=(*text, about["label"])), about["max_len"]
+    labels = about["labels"] and tuple(about["labels"])  # None: a regression
+    return Task(about["name"], tuple(about["text"]), labels, ()), about["max_len"]
 
 
 # ----------------------------------------------------------------------------- summary
@@ -114,19 +109,18 @@ CONFIG = ("model", "max_len", "warmup", "lr", "batch_size", "epochs")  # a run's
 def summarize(records):
     """Per model, then per task (as they came): the configuration with the best mean dev main score, its seeds'
     mean, median and sample std, and the task's chance level. Models are never mixed."""
-    runs = {}  # model -> task -> configuration -> seed -> record; a rerun of a configuration and seed replaces it
+    runs = {}  # (model, task) -> configuration -> seed -> record; a rerun of a configuration and seed replaces it
     for r in records:
-        runs.setdefault(r["model"], {}).setdefault(r["task"], {}).setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
-    models = {model: {"tasks": {}} for model in runs}
-    for model, tasks in runs.items():
-        for name, configs in tasks.items():
-            best = list(max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()])).values())
-            values = {m: [r["metrics"][m] for r in best] for m in best[0]["metrics"]}
-            models[model]["tasks"][name] = {
-                "config": {k: best[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in best),
-                "chance": best[0].get("chance"), "metrics": {m: {
-                    "mean": float(np.mean(v)), "median": float(np.median(v)),
-                    "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0} for m, v in values.items()}}
+        runs.setdefault((r["model"], r["task"]), {}).setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
+    models = {model: {"tasks": {}} for model, _ in runs}
+    for (model, name), configs in runs.items():
+        best = list(max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()])).values())
+        values = {m: [r["metrics"][m] for r in best] for m in best[0]["metrics"]}
+        models[model]["tasks"][name] = {
+            "config": {k: best[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in best),
+            "chance": best[0].get("chance"), "metrics": {m: {"mean": float(np.mean(v)), "median": float(np.median(v)),
+                                                             "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0}
+                                                         for m, v in values.items()}}
     return {"split": "dev", "models": models}
 
 
@@ -163,24 +157,24 @@ def format_table(summary):
 
 def get_args(argv=None):
     p = cli.ArgumentParser(description="Fine-tune BERT on GLUE or a task of your own: dev scores over seeds and a "
-                           "grid.", formatter_class=cli.HelpFormatter)
+                           "grid (docs/finetune.md).", formatter_class=cli.HelpFormatter)
     # task and data
-    p.add_argument("--task", "--tasks", default="toy", help=f"comma-separated tasks: {', '.join(TASKS)} (or GLUE's "
-                   "spelling, SST-2), 'all' (GLUE's 8), or a folder: train.tsv, dev.tsv, labels.txt (none: a regression)")
-    p.add_argument("--text_columns", type=cli.list_of(str), default=None,
-                   help="a folder task's text column, or two for a pair; default: every column but the label and an id")
+    p.add_argument("--task", "--tasks", default="toy", help=f"comma-separated: {', '.join(TASKS)} (or SST-2), all "
+                   "(GLUE's 8), or a folder of train.tsv, dev.tsv and labels.txt (none: a regression)")
+    p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a folder task's text, or a pair of "
+                   "columns; default: all but the label and an id")
     p.add_argument("--label_column", default="label", help="a folder task's label column")
-    p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a folder task's: {', '.join(METRICS)}; "
-                   "their mean is its score; default: acc, or pearson,spearman for a regression")
-    p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs or .csv/.json(l) "
-                   "with the hub's columns, or a folder with one folder per task named as GLUE does (CoLA)")
+    p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a folder task's score, their mean: "
+                   f"{', '.join(METRICS)}; default: acc, or pearson,spearman")
+    p.add_argument("--data_dir", default=None, help="GLUE's TSVs (or .csv/.jsonl of the hub's columns) instead of the "
+                   "hub: a task's folder, or one of folders named as GLUE's tasks")
     p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus")
     p.add_argument("--max_len", type=int_range(4, 512), default=None,
-                   help="tokens per example, [CLS] and [SEP]s included; default: 128 (--predict: the saved model's)")
-    p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint file, "
-                   "or Hugging Face BERT directory; with --predict, a classifier saved in OUT/best/TASK")
-    # optimisation: the plural flags give a grid of comma-separated values; a None default is the recipe's
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate (FT_RECIPES)")
+                   help="tokens per example; default: 128 (--predict: the classifier's)")
+    p.add_argument("--model", default="runs/taco", help="taco run (its newest checkpoint), checkpoint file or Hugging "
+                   "Face BERT folder; with --predict, OUT/best/TASK")
+    # optimisation: a plural flag is a grid of comma-separated values; a default None is the recipe's (FT_RECIPES)
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate")
     p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None, help="grid: 1e-5,2e-5,3e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
     p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid: 16,32")
@@ -188,23 +182,20 @@ def get_args(argv=None):
     p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid: 4,6")
     p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1, help="seed of the head, data order and dropout")
     p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None, help="seeds: 1,2,3,4,5")
-    p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
-                   "< 1, else steps (toy 0.1, else 10%% of the steps, at most 100)")
+    p.add_argument("--warmup", type=float_range(0), default=None,
+                   help="warm-up: a fraction of the steps if < 1, else steps (toy 0.1, else 10%% of them, at most 100)")
     p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW's, on matrices (toy 0.01, else 0)")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda; default: cuda if available")
-    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                   help="autocast precision; default: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
+    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"], help="default: bf16 on capable CUDA")
     cli.add_threads_flag(p)
     p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention, not engine/fast.py's")
     # output
-    p.add_argument("--out", default=None, help="default runs/finetune: results.jsonl (appended), summary.json, "
-                   "best/TASK (the best classifier, Hugging Face format), predictions/; with --predict, OUT/predict/")
-    p.add_argument("--predict_test", action="store_true", help="GLUE server files of each task's best run (by dev "
-                   "main score) in OUT/predictions/")
-    p.add_argument("--predict", default=None, help="label each line (or row of a TSV/CSV/JSON(L)) of this file with "
-                   "--model OUT/best/TASK, into OUT/best/TASK-<name>.tsv beside it")
+    p.add_argument("--out", default=None, help="default runs/finetune: results.jsonl, summary.json, best/TASK (the "
+                   "best classifier), predictions/")
+    p.add_argument("--predict_test", action="store_true", help="GLUE server files of each task's best run")
+    p.add_argument("--predict", default=None, help="label each line (or row) of this file with --model OUT/best/TASK")
     p.add_argument("--force", action="store_true", help="--predict: replace an earlier prediction file")
     args = p.parse_args(argv)
     if bad := next((m for m in args.metrics or () if m not in METRICS), None):

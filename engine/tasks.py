@@ -15,8 +15,7 @@ from engine import cli
 from engine.evalsets import read_lines
 
 
-class FinetuneError(cli.UsageError):
-    """A user mistake (missing file, unknown task, ...): one `error:` line, exit code 2."""
+FinetuneError = cli.UsageError  # a user's mistake (missing file, unknown task, ...): one `error:` line, exit 2
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -194,18 +193,17 @@ def to_examples(task, cols, where, labelled=True):
 
 
 def to_label(task, value, where):
-    """The training target: a label's class, or a finite number (a regression). Only GLUE's tasks take the hub's
-    class numbers: a task of your own's `0` that labels.txt does not name is never class 0."""
-    names = task.labels or ()
-    if str(value) in names:
-        return names.index(str(value))
-    if task in TASKS.values() and str(value).isdigit() and int(value) < len(names):
-        return int(value)
-    with contextlib.suppress(TypeError, ValueError):
-        if task.labels is None and math.isfinite(y := float(value)):
-            return y
-    raise FinetuneError(f"{where}: label {value!r} is not " + ("one of " + ", ".join(names) if names else
-                                                               "a finite number"))
+    """The training target: a finite number (a regression), or the class of a label's name."""
+    if task.labels is None:
+        with contextlib.suppress(TypeError, ValueError):
+            if math.isfinite(y := float(value)):
+                return y
+        raise FinetuneError(f"{where}: label {value!r} is not a finite number")
+    if str(value) in task.labels:
+        return task.labels.index(str(value))
+    if task in TASKS.values() and str(value).isdigit() and int(value) < len(task.labels):  # the hub's class numbers;
+        return int(value)  # never a task of your own's: its `0` that labels.txt does not name is not class 0
+    raise FinetuneError(f"{where}: label {value!r} is not one of {', '.join(task.labels)}")
 
 
 # ----------------------------------------------------------------------------- a task of your own
@@ -227,8 +225,7 @@ def folder_task(folder, text_columns=None, label_column="label", metrics=None):
     row, the label in `label_column`, the text in `text_columns` (default: every other column but an id; one
     text or a pair), the classes in labels.txt, one per line in class order (none: a regression of numbers),
     scored by the mean of `metrics` (default: accuracy, or Pearson and Spearman for a regression)."""
-    name, train, labels_file = os.path.basename(os.path.normpath(folder)), split_file(folder, "train"), \
-        os.path.join(folder, "labels.txt")
+    name, train = os.path.basename(os.path.normpath(folder)), split_file(folder, "train")
     dev = next((s for s in ("dev", "validation") if split_file(folder, s)), None)
     if train is None or dev is None:
         raise FinetuneError(f"task folder {folder} needs train.tsv and dev.tsv or validation.tsv (or .csv, .jsonl, "
@@ -241,7 +238,7 @@ def folder_task(folder, text_columns=None, label_column="label", metrics=None):
     if not 1 <= len(text) <= 2 or not set(text) <= set(cols):
         raise FinetuneError(f"{train}: the text is one column or a pair, of {', '.join(cols)}; got "
                             f"{', '.join(text) or 'none'}: pass --text_columns A or A,B")
-    labels = None
+    labels_file, labels = os.path.join(folder, "labels.txt"), None
     if os.path.exists(labels_file):
         labels = tuple(dict.fromkeys(line.strip() for _, line in read_lines(labels_file) if line.strip()))
         if len(labels) < 2:
