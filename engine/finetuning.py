@@ -167,14 +167,14 @@ def get_args(argv=None):
     p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a folder task's score, their mean: "
                    f"{', '.join(METRICS)}; default: acc, or pearson,spearman")
     p.add_argument("--data_dir", default=None, help="GLUE's TSVs (or .csv/.jsonl of the hub's columns) instead of the "
-                   "hub: a task's folder, or one of folders named as GLUE's tasks")
+                   "hub: a task's folder, or a folder of them named as GLUE's (CoLA/, ...)")
     p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus")
     p.add_argument("--max_len", type=int_range(4, 512), default=None,
                    help="tokens per example; default: 128 (--predict: the classifier's)")
     p.add_argument("--model", default="runs/taco", help="taco run (its newest checkpoint), checkpoint file or Hugging "
                    "Face BERT folder; with --predict, OUT/best/TASK")
     # optimisation: a plural flag is a grid of comma-separated values; a default None is the recipe's (FT_RECIPES)
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate (toy 5e-4, small 5e-5, base 3e-5)")
     p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None, help="grid: 1e-5,2e-5,3e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
     p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid: 16,32")
