@@ -174,7 +174,8 @@ def get_args(argv=None):
     p.add_argument("--model", default="runs/taco", help="taco run (its newest checkpoint), checkpoint file or Hugging "
                    "Face BERT folder; with --predict, OUT/best/TASK")
     # optimisation: a plural flag is a grid of comma-separated values; a default None is the recipe's (FT_RECIPES)
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak (toy 5e-4, small 5e-5, base 3e-5)")
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
+                   help="peak learning rate (toy 5e-4, small 5e-5, base 3e-5)")
     p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None, help="grid: 1e-5,2e-5,3e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
     p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid: 16,32")
