@@ -3,23 +3,19 @@
     python finetune.py                                     # after python taco.py: toy task, offline
     python finetune.py --task rte --model runs/taco        # one GLUE task, data from the hub
     python finetune.py --task mnli --data_dir glue_data/MNLI   # ... from the original GLUE TSV files
-    # a hyper-parameter grid with five seeds per configuration
-    python finetune.py --task rte --lrs 1e-5,2e-5,3e-5,5e-5 --batch_sizes 16,32 \
-        --epochs_list 4,6 --seeds 1,2,3,4,5
-    # all eight tasks, plus GLUE server files in runs/finetune/predictions/
-    python finetune.py --tasks all --predict_test          # or --data_dir glue_data (CoLA/, SST-2/, ...)
+    python finetune.py --task rte --lrs 1e-5,2e-5,3e-5 --batch_sizes 16,32 --seeds 1,2,3,4,5   # a grid, 5 seeds
+    python finetune.py --tasks all --predict_test          # GLUE's 8 tasks, + server files in OUT/predictions/
     torchrun --standalone --nproc_per_node=8 finetune.py --task mnli   # several GPUs
-    # a task of your own (train.tsv, dev.tsv, labels.txt), then its best classifier on new text
-    python finetune.py --task data/reviews --label_column sentiment --model hf/minilm
-    python finetune.py --predict new_reviews.txt --model runs/finetune/best/reviews   # -> ...best/reviews-new_reviews.tsv
+    python finetune.py --task data/reviews --label_column sentiment   # a task of your own: train, dev, labels.txt
+    python finetune.py --predict new.txt --model runs/finetune/best/reviews   # -> runs/finetune/best/reviews-new.tsv
 
-Each run (task x configuration x seed) is scored on dev after every epoch; its score is its last epoch's
-(the epochs are a grid setting: also picking the best epoch would select on dev twice). A task's main score
-(CoLA MCC; MRPC, QQP the mean of F1 and accuracy; STS-B of Pearson and Spearman; MNLI matched accuracy; toy
-accuracy and F1; the others accuracy) picks its configuration and makes the GLUE average. OUT: results.jsonl,
-summary.json (mean, std, median over seeds), best/TASK (the best classifier, Hugging Face format); several
-models fine-tuned into one OUT are compared in one table, beside each task's chance level. The engineering:
-engine/finetuning.py (flags, recipes, output files, the table), engine/tasks.py (tasks, their files, metrics).
+Each run (task x configuration x seed) is scored on dev after every epoch; its score is its last epoch's (the
+epochs are a grid setting: picking the best epoch too would select on dev twice). A task's main score (CoLA MCC;
+MRPC, QQP the mean of F1 and accuracy; STS-B of Pearson and Spearman; MNLI matched accuracy; toy accuracy and F1;
+the others accuracy) picks its configuration. OUT: results.jsonl, summary.json (mean, std, median over seeds),
+best/TASK (the best classifier, Hugging Face format), and one table comparing the models fine-tuned into OUT with
+each task's chance level. The engineering: engine/finetuning.py (flags, recipes, outputs, the table),
+engine/tasks.py (tasks, their files, metrics).
 """
 import math
 import os
@@ -33,7 +29,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
-from data import WordPieceTokenizer, load_tokenizer
+from data import load_tokenizer
 from engine.finetuning import say
 from engine.runs import setup_distributed
 from engine.tasks import GLUE, TASKS, FinetuneError, chance, find_task, load_split, read_examples, score
@@ -214,9 +210,8 @@ def predict_file(args):
     args.dtype, args.autocast = cli.precision(args.device, "fp32")  # predictions in full precision
     cli.set_threads(args.threads)
     model = BertForSequenceClassification.from_pretrained(args.model, num_labels=len(task.labels or "x"))
-    lower = checkpoints.read_json(os.path.join(args.model, "tokenizer_config.json")).get("do_lower_case", True)
-    tok = WordPieceTokenizer(os.path.join(args.model, "vocab.txt"), do_lower_case=lower is not False)
-    max_len, args.pad_id = args.max_len or max_len, tok.pad_id
+    tok, max_len = load_tokenizer(args.model), args.max_len or max_len  # its vocab.txt, lower case as in training
+    args.pad_id = tok.pad_id
     finetuning.check_fit(tok, max_len, model.config, args.model)
     preds, prob = predict(model.to(args.device), encode(tok, data, max_len), task.labels is None, args)
     texts = zip(*(data[k] for k in "ab" if data[k] is not None))  # written as they were read, tabs aside
@@ -240,7 +235,7 @@ def finetune(args):
     args.rank, _, args.world, args.device = setup_distributed(args.device)
     cli.set_threads(args.threads)
     tasks = [find_task(spec, args.text_columns, args.label_column, args.metrics)  # [(Task, its folder or None)]
-             for spec in (GLUE if args.tasks == "all" else (args.tasks or args.task).split(","))]
+             for spec in (GLUE if args.task == "all" else args.task.split(","))]
     config, weights, vocab, args.source = load_pretrained(args.model)
     origin = "huggingface" if os.path.isdir(args.source) else checkpoints.trained_with(args.source)[1]["recipe"]
     recipe, why = finetuning.choose_ft_recipe(config, origin)

@@ -23,33 +23,28 @@ def say(line):
 
 # ----------------------------------------------------------------------------- recipes
 
-# Fine-tuning defaults by what the model is (every one can be overridden by its flag).
-# small / base: the authors' scripts (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32,
-# lr 5e-5 for 4 epochs / 3e-5 for 6 epochs, max length 128) with the Hugging Face Trainer defaults
-# they keep (weight decay 0, AdamW eps 1e-8, linear decay, clip 1.0): for every trained model, small's
-# below hidden 768 (BERT-small, MiniLM), base's from it (BERT-base, -large). Their 100 warm-up steps
-# become at most 10% of the training (warmup None: warmup_steps), so that a small task trains too.
-# toy: ours for taco's toy runs (tiny, mini) on the toy pair task, which need larger steps.
+# Fine-tuning defaults by what the model is (each flag overrides its value). small / base: the authors' scripts
+# (FUZHIYI/TACO finetune_small.sh, finetune_base.sh: batch 32, max length 128, the Hugging Face Trainer's weight
+# decay 0, linear decay, clip 1.0) by width: small's below hidden 768 (BERT-small, MiniLM), base's from it; their
+# 100 warm-up steps at most 10% of the training (warmup_steps). toy: ours, for taco's toy runs (tiny, mini).
 FT_RECIPES = {
-    "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),  # a taco run of the tiny or mini recipe
-    "small": dict(lr=5e-5, epochs=4, warmup=None, weight_decay=0.0),  # any other model, hidden < 768
-    "base": dict(lr=3e-5, epochs=6, warmup=None, weight_decay=0.0),  # any other model, hidden >= 768
+    "toy": dict(lr=5e-4, epochs=3, warmup=0.1, weight_decay=0.01),
+    "small": dict(lr=5e-5, epochs=4, warmup=None, weight_decay=0.0),
+    "base": dict(lr=3e-5, epochs=6, warmup=None, weight_decay=0.0),
 }
 
 
 def warmup_steps(warmup, total):
-    """--warmup -> steps of linear warm-up in a training of `total` steps: a fraction (< 1) of them, a number
-    of steps, or None: 10% of them, at most the authors' 100 (under 10% on GLUE's tasks of thousands of steps;
-    on a task of 200 examples, 28 steps in 4 epochs of 32, the lr would never peak: the majority class)."""
+    """--warmup -> steps of linear warm-up out of `total`: a fraction (< 1) of them, a number of steps, or None:
+    10% of them, at most the authors' 100 (on a task of 200 examples, 28 steps, 100 would never peak)."""
     if warmup is None:
         return min(round(0.1 * total), 100)
     return round(warmup * total) if warmup < 1 else int(warmup)
 
 
 def choose_ft_recipe(config, origin=None):
-    """-> (FT_RECIPES key, why) by what the model is. origin: the taco recipe that pre-trained it
-    (its run's, checkpoints.trained_with: tiny, mini, small, ..., continue), "huggingface" (trained
-    elsewhere), or None (not known: a model of a toy size's shape is taken for a toy run)."""
+    """-> (FT_RECIPES key, why). origin: the taco recipe that pre-trained the model (checkpoints.trained_with),
+    "huggingface", or None (not known: a model of a toy size's shape is taken for a toy run)."""
     shape = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads)
     if origin in ("tiny", "mini") or (origin is None and shape in (SIZES["tiny"], SIZES["mini"])):
         return "toy", f"a taco toy run ({origin or 'by its shape'})"
@@ -68,8 +63,7 @@ def check_fit(tok, max_len, config, model):
     if tok.vocab_size != config.vocab_size or not 4 <= max_len <= config.max_position_embeddings:
         raise FinetuneError(f"--model {model}: {tok.vocab_size} tokens in {os.path.basename(tok.vocab_file)} and "
                             f"max_len {max_len}, but the model was pre-trained with {config.vocab_size} tokens and "
-                            f"{config.max_position_embeddings} positions: its own vocab.txt, a --max_len of 4 to "
-                            f"{config.max_position_embeddings}")
+                            f"{config.max_position_embeddings} positions")
 
 
 # ----------------------------------------------------------------------------- files of the outputs
@@ -80,22 +74,17 @@ def write_tsv(path, header, rows):  # predictions, written whole
 
 
 def save_best(model, task, record, tok, args):
-    """OUT/best/<task>: the best run's classifier (by dev main score) in Hugging Face format (transformers loads
-    it, labels by name), with what `--predict` needs (saved_task). A better one of the same pre-trained model is
-    kept; one of another is replaced, with a note. Written whole (folders.replacing)."""
-    path = os.path.join(args.out, "best", task.name)
-    old = {"model": None, "dev": {"main": -np.inf}}
+    """OUT/best/TASK: the classifier with the best dev main score of the runs into OUT, in Hugging Face format
+    (transformers loads it, labels by name), with what --predict needs (saved_task). Written whole."""
+    path, best = os.path.join(args.out, "best", task.name), -np.inf
     with contextlib.suppress(OSError, cli.UsageError, KeyError):
-        old = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]
-    if old["model"] == record["model"] and old["dev"]["main"] >= record["metrics"]["main"]:
+        best = checkpoints.read_json(os.path.join(path, "config.json"))["taco_task"]["dev"]["main"]
+    if best >= record["metrics"]["main"]:
         return
-    if old["model"] not in (None, record["model"]):
-        print(f"note: {path} held a classifier of {old['model']}; replaced by this one of {record['model']}",
-              file=sys.stderr)
     labels = {} if task.labels is None else {"id2label": dict(enumerate(task.labels)),
                                              "label2id": {n: i for i, n in enumerate(task.labels)}}
-    about = {"name": task.name, "text": task.text, "label": task.tsv[-1], "labels": task.labels, "metrics": task.metrics,
-             "dev": record["metrics"], **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")}}
+    about = dict(name=task.name, text=task.text, labels=task.labels, metrics=task.metrics, dev=record["metrics"],
+                 **{k: record[k] for k in ("model", "max_len", "lr", "batch_size", "epochs", "seed")})
     with folders.replacing(path, "finetune.py", True, {"--model": args.model}) as tmp:
         model.save_pretrained(tmp, vocab_file=tok.vocab_file, do_lower_case=tok.do_lower_case,
                               finetuning_task=task.name, taco_task=about, **labels)
@@ -108,134 +97,106 @@ def saved_task(folder):
     if not about:
         raise FinetuneError(f"--predict needs --model a classifier that finetune.py saved (OUT/best/TASK); "
                             f"{folder} is not one")
-    text, labels = tuple(about["text"]), about["labels"]  # labels None: a regression
-    return Task(about["name"], text, labels and tuple(labels), (), tsv=(*text, about["label"])), about["max_len"]
+    labels = about["labels"] and tuple(about["labels"])  # None: a regression
+    return Task(about["name"], tuple(about["text"]), labels, ()), about["max_len"]
 
 
 # ----------------------------------------------------------------------------- summary
 
 CONFIG = ("model", "max_len", "warmup", "lr", "batch_size", "epochs")  # a run's settings but its seed
-GLUE_NAMES = [TASKS[k].name for k in GLUE]
-
-
-def seed_stats(values):
-    """Mean, median and sample standard deviation (0 for a single seed)."""
-    return {"mean": float(np.mean(values)), "median": float(np.median(values)),
-            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
 
 
 def summarize(records):
-    """Per model, then per task: the configuration with the best mean dev main score, its seeds' statistics
-    and the task's chance level. Models are never mixed: each keeps its own best configuration."""
-    known = [t.name for t in TASKS.values()]  # GLUE's order, then tasks of your own as they came
+    """Per model, then per task (as they came): the configuration with the best mean dev main score, its seeds'
+    mean, median and sample std, and the task's chance level. Models are never mixed."""
     runs = {}  # (model, task) -> configuration -> seed -> record; a rerun of a configuration and seed replaces it
-    for r in sorted(records, key=lambda r: known.index(r["task"]) if r["task"] in known else len(known)):
+    for r in records:
         runs.setdefault((r["model"], r["task"]), {}).setdefault(tuple(r[k] for k in CONFIG), {})[r["seed"]] = r
-    models = {model: {"tasks": {}} for model in dict.fromkeys(r["model"] for r in records)}
+    models = {model: {"tasks": {}} for model, _ in runs}
     for (model, name), configs in runs.items():
-        chosen = list(max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()])).values())
+        best = list(max(configs.values(), key=lambda c: np.mean([r["metrics"]["main"] for r in c.values()])).values())
+        values = {m: [r["metrics"][m] for r in best] for m in best[0]["metrics"]}
         models[model]["tasks"][name] = {
-            "config": {k: chosen[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in chosen),
-            "metrics": {m: seed_stats([r["metrics"][m] for r in chosen]) for m in chosen[0]["metrics"]},
-            "chance": chosen[0].get("chance")}
-    for m in models.values():
-        glue = [name for name in m["tasks"] if name in GLUE_NAMES]  # never the toy task or one of your own
-        m.update(glue_tasks=glue, glue_average=float(np.mean([m["tasks"][n]["metrics"]["main"]["mean"] for n in glue]))
-                 if len(glue) > 1 else None)
+            "config": {k: best[0][k] for k in CONFIG}, "seeds": sorted(r["seed"] for r in best),
+            "chance": best[0].get("chance"), "metrics": {m: {"mean": float(np.mean(v)), "median": float(np.median(v)),
+                                                             "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0}
+                                                         for m, v in values.items()}}
     return {"split": "dev", "models": models}
 
 
-def cell(stats, seeds):
-    """A score x100: one seed's, or `mean ± std (median)` over several."""
-    if stats is None:
-        return ""
-    spread = f" ± {100 * stats['std']:.1f} ({100 * stats['median']:.1f})" if seeds > 1 else ""
-    return f"{100 * stats['mean']:.1f}{spread}"
-
-
 def format_table(summary):
-    """One table: a row per task and model (its best configuration), then the task's chance level (the best
-    score of always answering one label, tasks.chance); dev scores x100."""
+    """One table: a row per task and model (its best configuration), then the task's chance level (the best score
+    of always answering one label, tasks.chance); dev scores x100, `mean ± std (median)` over several seeds. Then
+    each model's average of the main scores over the GLUE tasks it ran, if more than one."""
     tasks = {}  # task -> [(model, its summary)]
     for model, m in summary["models"].items():
         for name, s in m["tasks"].items():
             tasks.setdefault(name, []).append((model, s))
-    cols = ["main"] + list(dict.fromkeys(c for runs in tasks.values() for _, s in runs for c in s["metrics"]
-                                         if c != "main"))
+    cols = list(dict.fromkeys(c for runs in tasks.values() for _, s in runs for c in ("main", *s["metrics"])))
+    cell = lambda s, n: "" if s is None else f"{100 * s['mean']:.1f}" + (
+        f" ± {100 * s['std']:.1f} ({100 * s['median']:.1f})" if n > 1 else "")
     rows = [["task (dev)", "model", "seeds", "lr/batch/epochs", *cols]]
     for name, runs in tasks.items():
         for model, s in runs:
             n = len(s["seeds"])
             rows.append([name, model, f"{n} seed{'s' * (n > 1)}", "{lr:g}/{batch_size}/{epochs}".format(**s["config"]),
                          *(cell(s["metrics"].get(c), n) for c in cols)])
-        if chance := runs[0][1].get("chance"):
-            rows.append([name, "chance (always one label)", "", "", *(cell({"mean": chance[c]}, 1) if c in chance
-                                                                        else "" for c in cols)])
+        if chance := runs[0][1]["chance"]:
+            rows.append([name, "chance (always one label)", "", "", *(cell({"mean": chance[c]} if c in chance else None,
+                                                                             1) for c in cols)])
     widths = [max(map(len, column)) for column in zip(*rows)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    for model, m in summary["models"].items():  # of the main scores; over fewer than GLUE's 8 tasks, not its score
-        if m["glue_average"] is not None:
-            glue = m["glue_tasks"]
-            what = (f"the {len(glue)} GLUE tasks" if len(glue) == len(GLUE) else
-                    f"{len(glue)} of the {len(GLUE)} GLUE tasks, {', '.join(glue)}: not the GLUE score")
-            lines.append(f"GLUE average of {model} ({what}): {100 * m['glue_average']:.1f}")
+    for model, m in summary["models"].items():
+        if len(glue := [n for n in m["tasks"] if n in [TASKS[k].name for k in GLUE]]) > 1:
+            lines.append(f"GLUE average of {model} over {len(glue)} of the {len(GLUE)} GLUE tasks ({', '.join(glue)}): "
+                         f"{100 * np.mean([m['tasks'][n]['metrics']['main']['mean'] for n in glue]):.1f}")
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- command line
 
 def get_args(argv=None):
-    p = cli.ArgumentParser(description="Fine-tune BERT on GLUE: dev scores over seeds and a grid.",
-                           formatter_class=cli.HelpFormatter)
+    p = cli.ArgumentParser(description="Fine-tune BERT on GLUE or a task of your own: dev scores over seeds and a "
+                           "grid (docs/finetune.md).", formatter_class=cli.HelpFormatter)
     # task and data
-    p.add_argument("--task", default="toy", help=f"one task: {', '.join(TASKS)} (or GLUE's spelling, SST-2), or a "
-                   "folder of your own task: train.tsv, dev.tsv or validation.tsv, labels.txt (tasks.folder_task)")
-    p.add_argument("--tasks", default=None, help="comma-separated tasks, or 'all' (the 8 GLUE tasks); overrides --task")
-    p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a task of your own: its text column, "
-                   "or two for a pair; default: every column but the label and an id")
-    p.add_argument("--label_column", default="label", help="a task of your own: its label column")
-    p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a task of your own: {', '.join(METRICS)}; "
-                   "their mean is its score; default: acc, or pearson,spearman for numbers")
-    p.add_argument("--data_dir", default=None, help="local data instead of the hub: GLUE's TSVs (MNLI: dev_matched, "
-                   "...) or .csv/.json/.jsonl with the hub's columns, or one folder per task named as GLUE does (CoLA)")
-    p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus; default: their usual "
-                   "places")
+    p.add_argument("--task", "--tasks", default="toy", help=f"comma-separated: {', '.join(TASKS)} (or SST-2), all "
+                   "(GLUE's 8), or a folder of train.tsv, dev.tsv and labels.txt (none: a regression)")
+    p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a folder task's text, or a pair of "
+                   "columns; default: all but the label and an id")
+    p.add_argument("--label_column", default="label", help="a folder task's label column")
+    p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a folder task's score, their mean: "
+                   f"{', '.join(METRICS)}; default: acc, or pearson,spearman")
+    p.add_argument("--data_dir", default=None, help="GLUE's TSVs (or .csv/.jsonl of the hub's columns) instead of the "
+                   "hub: a task's folder, or a folder of them named as GLUE's (CoLA/, ...)")
+    p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus")
     p.add_argument("--max_len", type=int_range(4, 512), default=None,
-                   help="tokens per example, [CLS] and [SEP]s included; default: 128 (--predict: the saved model's)")
-    # model
-    p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint file, "
-                   "or Hugging Face BERT directory; with --predict, a classifier saved in OUT/best/TASK")
-    # optimisation: the plural flags give a grid of comma-separated values
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None, help="peak learning rate; default: the "
-                   "recipe's (FT_RECIPES: a taco toy run 5e-4; others 5e-5, 3e-5 from hidden 768; the start line says)")
-    p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None,
-                   help="grid of learning rates, e.g. 1e-5,2e-5,3e-5,5e-5")
+                   help="tokens per example; default: 128 (--predict: the classifier's)")
+    p.add_argument("--model", default="runs/taco", help="taco run (its newest checkpoint), checkpoint file or Hugging "
+                   "Face BERT folder; with --predict, OUT/best/TASK")
+    # optimisation: a plural flag is a grid of comma-separated values; a default None is the recipe's (FT_RECIPES)
+    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
+                   help="peak learning rate (toy 5e-4, small 5e-5, base 3e-5)")
+    p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None, help="grid: 1e-5,2e-5,3e-5")
     p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
-    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid of batch sizes: 16,32")
-    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs; default: the recipe's (3, 4, 6)")
-    p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid of epoch counts, e.g. 4,6")
+    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid: 16,32")
+    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs (toy 3, small 4, base 6)")
+    p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid: 4,6")
     p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1, help="seed of the head, data order and dropout")
-    p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None,
-                   help="seeds for every configuration, e.g. 1,2,3,4,5")
-    p.add_argument("--warmup", type=float_range(0), default=None, help="linear warm-up: a fraction of all steps if "
-                   "< 1, else steps; default: the recipe's (toy 0.1, else 10%% of the steps, at most the paper's 100)")
-    p.add_argument("--weight_decay", type=float_range(0), default=None,
-                   help="AdamW weight decay on matrices; default: the recipe's (toy 0.01, else 0)")
+    p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None, help="seeds: 1,2,3,4,5")
+    p.add_argument("--warmup", type=float_range(0), default=None,
+                   help="warm-up: a fraction of the steps if < 1, else steps (toy 0.1, else 10%% of them, at most 100)")
+    p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW's, on matrices (toy 0.01, else 0)")
     p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
     p.add_argument("--device", default=None, help="cpu or cuda; default: cuda if available")
-    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                   help="autocast precision; default: bf16 on capable CUDA, else fp32. fp16 adds a GradScaler")
+    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"], help="default: bf16 on capable CUDA")
     cli.add_threads_flag(p)
-    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention, not engine/fast.py's "
-                   "CPU equivalents (the same computation, other random draws)")
+    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention, not engine/fast.py's")
     # output
-    p.add_argument("--out", default=None, help="default runs/finetune: holds results.jsonl (appended), summary.json, "
-                   "best/TASK (the best classifier, Hugging Face format), predictions/; with --predict, OUT/predict/")
-    p.add_argument("--predict_test", action="store_true", help="GLUE server files of each task's best run (by dev "
-                   "main score, of this command's runs) in OUT/predictions/")
-    p.add_argument("--predict", default=None, help="label each line (or row: TSV/CSV/JSON(L) with the task's text "
-                   "columns) of this file with --model OUT/best/TASK, into OUT/best/TASK-<name>.tsv beside it")
+    p.add_argument("--out", default=None, help="default runs/finetune: results.jsonl, summary.json, best/TASK (the "
+                   "best classifier), predictions/")
+    p.add_argument("--predict_test", action="store_true", help="GLUE server files of each task's best run")
+    p.add_argument("--predict", default=None, help="label each line (or row) of this file with --model OUT/best/TASK")
     p.add_argument("--force", action="store_true", help="--predict: replace an earlier prediction file")
     args = p.parse_args(argv)
     if bad := next((m for m in args.metrics or () if m not in METRICS), None):

@@ -1,7 +1,7 @@
-"""What a fine-tuning task is and how its files are read: GLUE's eight tasks and the toy pair task
-(TASKS), a task of your own described by its files (folder_task), TSV / CSV / JSON(L) splits from
-disk or the hub (load_split), and the metrics that score them.
-"""
+"""What a fine-tuning task is and how its files are read: GLUE's eight tasks and the toy pair task (TASKS),
+a task of your own described by its folder (folder_task), TSV / CSV / JSON(L) splits from disk or the hub
+(load_split), and the metrics that score them."""
+import contextlib
 import csv
 import json
 import math
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine import cli
+from engine.evalsets import read_lines
 
 
-class FinetuneError(cli.UsageError):
-    """A user mistake (missing file, unknown task, ...): reported as one line, exit code 2."""
+FinetuneError = cli.UsageError  # a user's mistake (missing file, unknown task, ...): one `error:` line, exit 2
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -109,22 +109,12 @@ def score(task, data, preds):
 def chance(task, data):
     """The scores of the best constant answer, one label for every dev example: what a model that learnt nothing
     of the text scores (accuracy: the majority class's; MCC and the correlations: 0)."""
-    answers = range(len(task.labels)) if task.labels else [data[task.evals[0][1]]["labels"].mean()]
     return max((score(task, data, {dev: np.full(len(data[dev]["labels"]), a) for _, dev, _ in task.evals})
-                for a in answers), key=lambda metrics: metrics["main"])
+                for a in range(len(task.labels or [0]))), key=lambda metrics: metrics["main"])
 
 # ----------------------------------------------------------------------------- data
 
 SPLIT_FILES = (".tsv", ".csv", ".jsonl", ".json")
-
-
-def read_lines(path):
-    """The lines of a UTF-8 text file (MRPC's open with a byte-order mark), split at newlines alone."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="\n") as f:
-            return [line.rstrip("\r\n") for line in f]
-    except UnicodeDecodeError as err:
-        raise FinetuneError(f"{path} is not UTF-8 (byte {err.start}): save it as UTF-8") from None
 
 
 def split_file(folder, split):
@@ -133,8 +123,8 @@ def split_file(folder, split):
 
 
 def read_table(path, names=()):
-    """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON(L) file."""
-    lines = read_lines(path)
+    """Columns {name: [values]} of a TSV (headerless when `names` are given), CSV or JSON lines file."""
+    lines = [line for _, line in read_lines(path)]
     if path.endswith(".tsv"):  # GLUE quotes nothing: a '"' is text
         rows = [line.split("\t") for line in lines]
         header = list(names) or (rows.pop(0) if rows else [])
@@ -142,20 +132,17 @@ def read_table(path, names=()):
         if len(good) < len(rows):  # a few lines of GLUE's QQP train.tsv lack fields
             print(f"warning: skipped {len(rows) - len(good)} malformed rows of {path}", file=sys.stderr)
         return {h: [r[i] for r in good] for i, h in enumerate(header)}
-    if path.endswith(".csv"):
-        rows = list(csv.DictReader(line + "\n" for line in lines))
-    else:
-        text = "\n".join(lines)
-        try:  # a JSON array, or JSON lines
-            rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in lines if x.strip()]
-        except json.JSONDecodeError as err:
-            raise FinetuneError(f"cannot parse {path}: {err}") from None
+    try:
+        rows = (list(csv.DictReader(line + "\n" for line in lines)) if path.endswith(".csv") else
+                [json.loads(line) for line in lines if line.strip()])
+    except json.JSONDecodeError as err:
+        raise FinetuneError(f"cannot parse {path}: {err}") from None
     return {k: [r.get(k) for r in rows] for k in (rows[0] if rows else {})}
 
 
 def load_split(task, split, data_dir=None, cache_dir=None):
-    """One split: {"a": texts, "b": texts or None, "labels": array or None (test), "index": ids}.
-    A training split that lacks a class of the task's labels is a warning (it is never learnt)."""
+    """One split, from data_dir's files or else the hub: {"a": texts, "b": texts or None, "labels": array or
+    None (test), "index": ids}."""
     if data_dir is None:
         from datasets import load_dataset  # a slow import, needed only for the hub
         config, hub_split = task_key(task.name), split.replace("dev", "validation")
@@ -170,11 +157,7 @@ def load_split(task, split, data_dir=None, cache_dir=None):
                             f"(or --task) at the folder of {task.name}'s files")
     else:
         cols = read_table(where, task.no_header if split in ("train", "dev") else ())
-    out = to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
-    if absent := [n for i, n in enumerate(task.labels or ()) if split == "train" and i not in out["labels"]]:
-        print(f"warning: {where} has no example of class {', '.join(map(repr, absent))} of {task.name}'s labels "
-              f"({', '.join(task.labels)}): the classifier never learns to predict it", file=sys.stderr)
-    return out
+    return to_examples(task, cols, where, labelled=not split.startswith("test"))  # test labels are hidden
 
 
 def read_examples(path, task):
@@ -182,16 +165,15 @@ def read_examples(path, task):
     file, or any other text file with one example per line, an empty one too (a pair: a<TAB>b)."""
     if path.endswith(SPLIT_FILES):
         return to_examples(task, read_table(path), path, labelled=False)
-    rows = [line.split("\t", len(task.text) - 1) for line in read_lines(path)]
+    rows = [line.split("\t", len(task.text) - 1) for _, line in read_lines(path)]
     if (bad := next((i for i, r in enumerate(rows) if len(r) != len(task.text)), None)) is not None:
         raise FinetuneError(f"{path} line {bad + 1}: {task.name} reads text pairs: write each line as text<TAB>text")
-    return to_examples(task, dict(zip(task.text, zip(*rows))) if rows else {}, path, labelled=False)
+    return to_examples(task, dict(zip(task.text, zip(*rows))), path, labelled=False)
 
 
 def to_examples(task, cols, where, labelled=True):
     """Columns of a file -> {"a": texts, "b": texts or None, "labels": array or None, "index": ids}."""
-    n = len(next(iter(cols.values()), []))
-    if n == 0:
+    if not any(cols.values()):
         raise FinetuneError(f"{where} is empty; {task.name} needs examples")
     # GLUE's TSV names first, then the hub's (which CSV / JSON files use too); STS-B: both share the text names
     fits = [c for c in ((task.tsv[:-1], task.tsv[-1]), (task.text, "label")) if set(c[0]) <= set(cols)]
@@ -200,8 +182,9 @@ def to_examples(task, cols, where, labelled=True):
                             f"(or {', '.join(task.text)}); it has {', '.join(cols)}")
     text, label = next((c for c in fits if c[1] in cols), fits[0])
     out = {"a": [str(s) for s in cols[text[0]]], "b": [str(s) for s in cols[text[1]]] if len(text) > 1 else None,
-           "labels": None, "index": list(next((cols[c] for c in ("index", "idx", "id") if c in cols), range(n)))}
-    if labelled:  # the hub's test labels are -1
+           "labels": None, "index": list(next((cols[c] for c in ("index", "idx", "id") if c in cols),
+                                              range(len(cols[text[0]]))))}
+    if labelled:
         if label not in cols:
             raise FinetuneError(f"{where} has no label column {label!r}; it has {', '.join(cols)}")
         out["labels"] = np.array([to_label(task, v, f"{where} row {i + 1}") for i, v in enumerate(cols[label])])
@@ -209,24 +192,17 @@ def to_examples(task, cols, where, labelled=True):
 
 
 def to_label(task, value, where):
-    """The training target: a finite number (a regression), or the class of a label's name; GLUE's tasks also
-    take the hub's class numbers. A task of your own's label that labels.txt does not name is never a number."""
-    if task.labels is None and (y := number(value)) is not None:
-        return y
-    if task.labels is not None and str(value) in task.labels:
+    """The training target: a finite number (a regression), or the class of a label's name."""
+    if task.labels is None:
+        with contextlib.suppress(TypeError, ValueError):
+            if math.isfinite(y := float(value)):
+                return y
+        raise FinetuneError(f"{where}: label {value!r} is not a finite number")
+    if str(value) in task.labels:
         return task.labels.index(str(value))
-    if task in TASKS.values() and task.labels is not None and str(value).isdigit() and int(value) < len(task.labels):
-        return int(value)
-    kind = "a finite number" if task.labels is None else "one of " + ", ".join(task.labels)
-    raise FinetuneError(f"{where}: label {value!r} is not {kind}")
-
-
-def number(value):
-    """A finite number's value, else None (text, "nan", "inf", None)."""
-    try:
-        return y if math.isfinite(y := float(value)) else None
-    except (TypeError, ValueError):
-        return None
+    if task in TASKS.values() and str(value).isdigit() and int(value) < len(task.labels):  # the hub's class numbers;
+        return int(value)  # never a task of your own's: its `0` that labels.txt does not name is not class 0
+    raise FinetuneError(f"{where}: label {value!r} is not one of {', '.join(task.labels)}")
 
 
 # ----------------------------------------------------------------------------- a task of your own
@@ -246,8 +222,8 @@ def find_task(spec, text_columns=None, label_column="label", metrics=None):
 def folder_task(folder, text_columns=None, label_column="label", metrics=None):
     """A task described by its files, named by its folder: train and dev (or validation) splits with a header
     row, the label in `label_column`, the text in `text_columns` (default: every other column but an id; one
-    text or a pair), the labels (read_labels), `metrics` (default: accuracy, or Pearson and Spearman for a
-    regression), whose mean is its score."""
+    text or a pair), the classes in labels.txt, one per line in class order (none: a regression of numbers),
+    scored by the mean of `metrics` (default: accuracy, or Pearson and Spearman for a regression)."""
     name, train = os.path.basename(os.path.normpath(folder)), split_file(folder, "train")
     dev = next((s for s in ("dev", "validation") if split_file(folder, s)), None)
     if train is None or dev is None:
@@ -261,37 +237,16 @@ def folder_task(folder, text_columns=None, label_column="label", metrics=None):
     if not 1 <= len(text) <= 2 or not set(text) <= set(cols):
         raise FinetuneError(f"{train}: the text is one column or a pair, of {', '.join(cols)}; got "
                             f"{', '.join(text) or 'none'}: pass --text_columns A or A,B")
-    labels_file, correlations = os.path.join(folder, "labels.txt"), {"pearson", "spearman"}
-    # scored by correlations only: a regression, whole numbers too (ratings 1-5)
-    labels = None if metrics and set(metrics) <= correlations and not os.path.exists(labels_file) else read_labels(
-        labels_file, cols[label_column], train)
-    metrics = tuple(metrics or (("pearson", "spearman") if labels is None else ("acc",)))
-    if labels is None and not set(metrics) <= correlations:
-        raise FinetuneError(f"{name} is a regression (its labels are numbers): score it by pearson, spearman")
-    return Task(name, text, labels, metrics, tsv=(*text, label_column), evals=(("", dev, "test"),))
-
-
-def read_labels(path, values, train):
-    """labels.txt (one label per line, in class order), else the label values of train, sorted (numerically if
-    they are whole numbers); None (a regression) if they are numbers not all whole. A row without a label, or
-    text among numbers (a score of `n/a`), is a mistake named by its row."""
-    if os.path.exists(path):
-        labels = tuple(dict.fromkeys(line.strip() for line in read_lines(path) if line.strip()))
+    labels_file, labels = os.path.join(folder, "labels.txt"), None
+    if os.path.exists(labels_file):
+        labels = tuple(dict.fromkeys(line.strip() for _, line in read_lines(labels_file) if line.strip()))
+        if len(labels) < 2:
+            raise FinetuneError(f"{labels_file}: a classification needs at least 2 labels, found {len(labels)}")
     else:
-        values = ["" if v is None else str(v).strip() for v in values]
-        numbers = [number(v) for v in values]
-        numeric = any(y is not None for y in numbers)
-        for row, (value, y) in enumerate(zip(values, numbers), 1):
-            if not value or (numeric and y is None):
-                raise FinetuneError(f"{train} row {row}: " + (f"label {value!r} is not a finite number, as the others "
-                                    f"are (labels that are names: list them in labels.txt)" if value else "no label"))
-        if numeric and any(y != int(y) for y in numbers):
-            print(f"note: {train}: its labels are numbers, not all whole: a regression", file=sys.stderr)
-            return None
-        labels = tuple(sorted(sorted(set(values)), key=float if numeric else None))
-        print(f"note: labels {', '.join(labels[:10])}{' ...' * (len(labels) > 10)} from {train}'s label column, "
-              f"sorted (a labels.txt beside it sets their order)", file=sys.stderr)
-    if len(labels) < 2:
-        raise FinetuneError(f"{path if os.path.exists(path) else train}: a classification needs at least 2 labels, "
-                            f"found {len(labels)}")
-    return labels
+        print(f"note: {folder} has no labels.txt: {name} is a regression of its numbers (a classification lists "
+              f"its labels there, one per line)", file=sys.stderr)
+    metrics = tuple(metrics or (("acc",) if labels else ("pearson", "spearman")))
+    if labels is None and not set(metrics) <= {"pearson", "spearman"}:
+        raise FinetuneError(f"{name} is a regression (no labels.txt): score it by pearson, spearman, or list its "
+                            f"labels in {labels_file}")
+    return Task(name, text, labels, metrics, tsv=(*text, label_column), evals=(("", dev, "test"),))

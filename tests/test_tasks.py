@@ -107,16 +107,22 @@ def test_tsv_rows_that_do_not_fit_the_header_are_skipped_with_a_warning(tmp_path
 # ----------------------------------------------------------------------------- a task of your own
 
 def test_a_folder_describes_its_task(tmp_path, capsys):
-    """Text columns: every one but the label and an id; labels: labels.txt, else train's values sorted
-    (numerically when whole numbers, with a note); numbers not all whole: a regression."""
+    """Text columns: every one but the label and an id; classes: labels.txt, in its order; without it a
+    regression of numbers (with a note), scored by Pearson and Spearman."""
     write_tsv(str(tmp_path / "stars" / "train.tsv"), ["id", "review", "stars"], [(1, "a", 10), (2, "b", 9), (3, "c", 2)])
     write_tsv(str(tmp_path / "stars" / "dev.tsv"), ["id", "review", "stars"], [(1, "d", 9)])
-    task = folder_task(str(tmp_path / "stars"), label_column="stars")
-    assert (task.name, task.text, task.labels, task.metrics) == ("stars", ("review",), ("2", "9", "10"), ("acc",))
-    assert "labels 2, 9, 10 from" in capsys.readouterr().err
-    assert load_split(task, "dev", str(tmp_path / "stars"))["labels"].tolist() == [1]  # "9" is the 2nd label
     (tmp_path / "stars" / "labels.txt").write_text("10\n9\n2\n")
-    assert folder_task(str(tmp_path / "stars"), label_column="stars").labels == ("10", "9", "2")
+    task = folder_task(str(tmp_path / "stars"), label_column="stars")
+    assert (task.name, task.text, task.labels, task.metrics) == ("stars", ("review",), ("10", "9", "2"), ("acc",))
+    assert load_split(task, "dev", str(tmp_path / "stars"))["labels"].tolist() == [1]  # "9" is the 2nd label
+    assert capsys.readouterr().err == ""
+    ratings = folder_task(str(tmp_path / "stars"), label_column="stars", metrics=["spearman"])
+    assert (ratings.labels, ratings.metrics) == ((("10", "9", "2"), ("spearman",)))  # labels.txt: still classes
+    os.remove(tmp_path / "stars" / "labels.txt")
+    task = folder_task(str(tmp_path / "stars"), label_column="stars")
+    assert (task.labels, task.metrics) == (None, ("pearson", "spearman"))
+    assert "stars has no labels.txt: stars is a regression of its numbers" in capsys.readouterr().err
+    assert load_split(task, "train", str(tmp_path / "stars"))["labels"].tolist() == [10, 9, 2]
 
     write_tsv(str(tmp_path / "sim" / "train.jsonl"), None, [(json.dumps({"s1": "a", "s2": "b", "label": x}),)
                                                            for x in (0.5, 4, 2.25)])
@@ -125,10 +131,6 @@ def test_a_folder_describes_its_task(tmp_path, capsys):
     assert (task.text, task.labels, task.metrics, task.evals[0][1]) == (("s1", "s2"), None, ("pearson", "spearman"),
                                                                         "validation")
     assert load_split(task, "validation", str(tmp_path / "sim"))["labels"].tolist() == [1.5]
-    ratings = folder_task(str(tmp_path / "stars"), label_column="stars", metrics=["spearman"])  # whole numbers
-    assert (ratings.labels, ratings.metrics) == ((("10", "9", "2"), ("spearman",)))  # labels.txt: still classes
-    os.remove(tmp_path / "stars" / "labels.txt")
-    assert folder_task(str(tmp_path / "stars"), label_column="stars", metrics=["spearman"]).labels is None
 
 
 def test_a_task_is_a_name_or_a_folder(tmp_path):
@@ -147,12 +149,12 @@ def test_a_task_is_a_name_or_a_folder(tmp_path):
     ("three text columns", "the text is one column or a pair, of id, a, b, c, label"),
     ("unknown text column", "got title: pass --text_columns"),
     ("one label", "a classification needs at least 2 labels, found 1"),
-    ("regression scored by accuracy", "is a regression (its labels are numbers): score it by pearson, spearman"),
+    ("regression scored by accuracy", "is a regression (no labels.txt): score it by pearson, spearman, or list"),
     ("dev label not in labels.txt", "dev.tsv row 1: label 'maybe' is not one of no, yes"),
     ("a number that labels.txt does not name", "dev.tsv row 1: label '0' is not one of 1, 2"),  # never class 0
-    ("a row without a label", "train.tsv row 2: no label"),
-    ("a label that is not a number", "train.tsv row 2: label 'nan' is not a finite number, as the others are"),
-    ("a score that is text", "train.tsv row 2: label 'n/a' is not a finite number, as the others are"),
+    ("a row without a label", "train.tsv row 2: label ' ' is not one of no, yes"),
+    ("a label that is not a number", "train.tsv row 2: label 'nan' is not a finite number"),
+    ("a score that is text", "train.tsv row 2: label 'n/a' is not a finite number"),
 ])
 def test_task_folder_mistakes_say_what_to_do(tmp_path, case, hint):
     d, kw = tmp_path / "mine", {}
@@ -179,12 +181,13 @@ def test_task_folder_mistakes_say_what_to_do(tmp_path, case, hint):
     if case != "no dev":
         dev = {"dev label not in labels.txt": [("c", "maybe")], "a number that labels.txt does not name": [("c", 0)]}
         write_tsv(str(d / "dev.tsv"), header, dev.get(case, rows))
-    if case not in ("regression scored by accuracy", "a row without a label", "a label that is not a number",
-                    "a score that is text"):
+    if case not in ("regression scored by accuracy", "a label that is not a number", "a score that is text"):
         (d / "labels.txt").write_text({"one label": "yes\n", "a number that labels.txt does not name": "1\n2\n"}
                                       .get(case, "no\nyes\n"))
     with pytest.raises(FinetuneError, match=re.escape(hint)):
-        load_split(folder_task(str(d), **kw), "dev", str(d))
+        task = folder_task(str(d), **kw)
+        for split in ("train", "dev"):
+            load_split(task, split, str(d))
 
 
 def test_examples_to_label_from_a_file(tmp_path):
@@ -202,19 +205,3 @@ def test_examples_to_label_from_a_file(tmp_path):
     write_tsv(str(tmp_path / "new.tsv"), ["index", "sentence1", "sentence2"], [(7, "x", "y")])
     ex = read_examples(str(tmp_path / "new.tsv"), pairs)
     assert (ex["a"], ex["b"], ex["index"]) == (["x"], ["y"], ["7"])
-
-
-def test_a_training_split_without_a_class_warns(tmp_path, capsys):
-    """labels.txt names a class that no training example has: a warning naming it (dev may lack one)."""
-    d = tmp_path / "mine"
-    write_tsv(str(d / "train.tsv"), ["text", "label"], [("a", "yes"), ("b", "no"), ("c", "yes")])
-    write_tsv(str(d / "dev.tsv"), ["text", "label"], [("d", "yes")])
-    (d / "labels.txt").write_text("no\nyes\nmaybe\n")
-    task = folder_task(str(d))
-    assert load_split(task, "train", str(d))["labels"].tolist() == [1, 0, 1]
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "train.tsv has no example of class 'maybe' of mine's labels (no, yes, maybe)" in err
-    load_split(task, "dev", str(d))
-    (d / "labels.txt").write_text("no\nyes\n")
-    load_split(folder_task(str(d)), "train", str(d))
-    assert capsys.readouterr().err == ""
