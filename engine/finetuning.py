@@ -2,7 +2,6 @@
 its output files (the best classifier, predictions) and the one table over models and seeds."""
 import contextlib
 import os
-import sys
 
 import numpy as np
 
@@ -13,12 +12,9 @@ from model import SIZES
 
 
 def say(line):
-    """print, flushed: once stdout goes nowhere (`finetune.py | head -1`, `> /dev/full`), the rest goes to
-    /dev/null and the work goes on, so that results.jsonl, summary.json and OUT/best are still written."""
-    try:
-        print(line, flush=True)
-    except OSError:  # a closed pipe, a full disk
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    """print, flushed (a log follows the run); standard output that goes nowhere (`| head -1`) costs no result:
+    cli.errors guards it."""
+    print(line, flush=True)
 
 
 # ----------------------------------------------------------------------------- recipes
