@@ -200,6 +200,15 @@ def torchrun_cmd(quick, *args, restarts=0, n=2):
             f"--max_restarts={restarts}", os.path.join(HERE, "taco.py"), *quick, "--device", "cpu", *args]
 
 
+def torchrun_wrapped(tmp_path, wrapper, quick, *args, **kwargs):
+    """torchrun of `wrapper` (a script that patches taco from outside, then runs taco.main) -> CompletedProcess."""
+    script = tmp_path / "wrapped_taco.py"
+    script.write_text(wrapper.format(here=HERE))
+    cmd = torchrun_cmd(quick, *args, **kwargs)
+    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(script)
+    return subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+
+
 def test_kill_9_at_random_moments_then_resume_is_exact(straight, tmp_path, quick, final_weights, same_weights):
     """SIGKILL a real training process several times (saves every step), resume each time."""
     killed = str(tmp_path / "killed")
@@ -257,13 +266,9 @@ def test_torchrun_crash_restart_and_sigterm_then_resume_is_exact(tmp_path, quick
     assert r.returncode == 0, r.stderr[-3000:]
     assert checkpoints.latest_checkpoint(straight).endswith("ckpt_00000016.pt")
     assert json.load(open(os.path.join(straight, "config.json")))["world_size"] == 3
-    wrapper = tmp_path / "faulty_taco.py"
-    wrapper.write_text(FAULTY_TACO.format(here=HERE))
     # Two restarts are planned (the crash, the SIGTERM); the third is a spare: rarely a gloo worker aborts
     # while exiting after its checkpoint is saved, and torchrun then restarts it.
-    cmd = torchrun_cmd(quick, "--out", faulty, *three, restarts=3, n=3)
-    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    r = torchrun_wrapped(tmp_path, FAULTY_TACO, quick, "--out", faulty, *three, restarts=3, n=3)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-6000:]
     assert "resumed at step 4" in r.stdout and "resumed at step 10" in r.stdout
     assert "stopped by SIGTERM after step 10: saved" in r.stderr
@@ -288,11 +293,7 @@ taco.main()
 
 
 def test_a_rank_whose_peer_died_says_one_line(tmp_path, quick):
-    wrapper = tmp_path / "dying_taco.py"
-    wrapper.write_text(DYING_TACO.format(here=HERE))
-    cmd = torchrun_cmd(quick, "--out", str(tmp_path / "run"))
-    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
-    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    r = torchrun_wrapped(tmp_path, DYING_TACO, quick, "--out", str(tmp_path / "run"))
     assert "rank 0: stopped: another rank ended first (its own lines say why)" in r.stderr, r.stderr[-3000:]
     assert "[rank0]" not in r.stderr  # no traceback of the survivor
 
@@ -335,11 +336,8 @@ taco.main()
 
 
 def test_a_schedulers_sigterm_to_every_process_saves_once(tmp_path, quick):
-    out, wrapper = str(tmp_path / "run"), tmp_path / "slurm_taco.py"
-    wrapper.write_text(SLURM_TACO.format(here=HERE, pids=str(tmp_path / "pids")))
-    cmd = torchrun_cmd(quick, "--out", out)
-    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
-    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    out = str(tmp_path / "run")
+    r = torchrun_wrapped(tmp_path, SLURM_TACO.replace("{pids!r}", repr(str(tmp_path / "pids"))), quick, "--out", out)
     assert "stopped by SIGTERM after step 7: saved" in r.stderr, r.stderr[-3000:]
     assert "at once" not in r.stderr.replace("a second signal stops at once", "")
     assert checkpoints.latest_checkpoint(out).endswith("ckpt_00000007.pt")
@@ -355,11 +353,7 @@ taco.main(sys.argv[1:] + (["--lr", "5e-4"] if os.environ["RANK"] == "1" else [])
 
 
 def test_ranks_started_with_other_flags_stop_before_any_work(tmp_path, quick):
-    wrapper = tmp_path / "other_flags.py"
-    wrapper.write_text(OTHER_FLAGS_TACO.format(here=HERE))
-    cmd = torchrun_cmd(quick, "--out", str(tmp_path / "run"))
-    cmd[cmd.index(os.path.join(HERE, "taco.py"))] = str(wrapper)
-    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    r = torchrun_wrapped(tmp_path, OTHER_FLAGS_TACO, quick, "--out", str(tmp_path / "run"))
     errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
     assert r.returncode != 0 and len(errors) == 1 and "rank 1 on " in errors[0], r.stderr[-3000:]
     assert "flags lr=0.0005, rank 0 with 0.001" in errors[0] and not (tmp_path / "run").exists()
