@@ -49,8 +49,7 @@ def test_study_smoke(tmp_path, capsys):
     checkpoint); a second call reuses both measured seeds; a seed whose run is no longer the one
     measured (here: unfinished) is measured again."""
     out = tmp_path / "study"
-    argv = ["--out", str(out), "--seed", "0,1", "--ft_seeds", "1,2", "--jobs", "2", "--mlm_ft_every", "4", *TINY,
-            "--plot", str(tmp_path / "p.png")]
+    argv = ["--out", str(out), "--seed", "0,1", "--ft_seeds", "1,2", "--jobs", "2", "--mlm_ft_every", "4", *TINY]
     rows = study.main(argv)
     assert [(r["seed"], r["variant"], r["step"]) for r in rows] == [
         (s, v, step) for s in (0, 1) for v in ("mlm", "taco") for step in (0, 2, 4)]
@@ -66,7 +65,7 @@ def test_study_smoke(tmp_path, capsys):
     assert "| taco | 4 |" in (out / "seed0" / "table.md").read_text()
     table = (out / "table.md").read_text()
     assert "| taco | 4 |" in table and "per seed" in table and "Wall time" in table
-    assert (tmp_path / "p.png").exists() == HAVE_MATPLOTLIB
+    assert (out / "study.png").exists() == (out / "seed0" / "study.png").exists() == HAVE_MATPLOTLIB
     capsys.readouterr()
     assert study.main(argv) == rows
     assert capsys.readouterr().out.count("reusing the measured study") == 2
@@ -210,13 +209,13 @@ def test_a_measured_seed_is_reused_only_with_the_same_settings(tmp_path, monkeyp
     args = lambda **kw: argparse.Namespace(**{"seed": [1], "out": str(tmp_path), "steps": 1200, "threads": 0,
                                               "jobs": 1, "force": False, **kw})
     monkeypatch.setattr(study, "plot", lambda rows, path: None)
-    study.save(str(tmp_path), args(plot=str(tmp_path / "p.png")), {}, [{"seed": 1, "step": 0}], "t")
+    study.save(str(tmp_path), args(), {}, [{"seed": 1, "step": 0}], "t")
     finished = [("mlm", None), ("taco", None)]
-    assert study.measured(str(tmp_path), args(seed=[0, 1], out="elsewhere", threads=1, jobs=2, plot=None), 1,
+    assert study.measured(str(tmp_path), args(seed=[0, 1], out="elsewhere", threads=1, jobs=2), 1,
                           finished) == [{"seed": 1, "step": 0}]
-    assert study.measured(str(tmp_path), args(seed=[0, 1], plot=None, steps=600), 1, finished) is None  # another budget
-    assert study.measured(str(tmp_path), args(seed=[0, 1], plot=None), 0, finished) is None  # another seed
-    assert study.measured(str(tmp_path), args(seed=[0, 1], plot=None), 1, [("mlm", None), ("taco", ["--resume"])]) is None
+    assert study.measured(str(tmp_path), args(seed=[0, 1], steps=600), 1, finished) is None  # another budget
+    assert study.measured(str(tmp_path), args(seed=[0, 1]), 0, finished) is None  # another seed
+    assert study.measured(str(tmp_path), args(seed=[0, 1]), 1, [("mlm", None), ("taco", ["--resume"])]) is None
 
 
 def test_plot_without_matplotlib_is_a_note(monkeypatch, tmp_path, capsys):

@@ -1,7 +1,7 @@
 """MLM vs TACO (and the paper's ablations) under one seed, data and budget, measured over training.
 
 Each objective is pre-trained by taco.py (subprocesses, --jobs at a time) with the same flags; then every
-checkpoint and the shared random init (step 0) are measured, --jobs at a time: analyze.py's probes and the
+checkpoint and the random init (step 0) are measured, --jobs at a time: analyze.py's probes and the
 toy pair task fine-tuned once per --ft_seeds with finetune.py's loop, scored on its 1,000 dev pairs and on
 5,000 held-out pairs (toy.toy_pair_eval). Output: OUT/study.json, OUT/table.md (printed), OUT/study.png;
 several seeds go into OUT/seed<S>, compared in OUT/table.md. Run again, it reuses what finished with the
@@ -36,7 +36,7 @@ import torch
 
 import finetune
 from data import load_tokenizer
-from engine.cli import UsageError, float_range, int_range
+from engine.cli import UsageError, int_range
 from engine.evalsets import read_beir, read_pairs, read_sts
 from engine.tasks import TASKS, load_split
 from engine.toy import toy_corpus, toy_pair_eval, toy_sentence_eval
@@ -145,7 +145,7 @@ def finetune_scores(encoder, tok, vocab, args):
     for seed in args.ft_seeds:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             record, model = finetune.run_one(TASKS["toy"], data, encoder.config, weights, fargs,  # quiet: no bars
-                                             args.ft_lr or recipe["lr"], fargs.batch_size, args.ft_epochs, seed)
+                                             recipe["lr"], fargs.batch_size, args.ft_epochs, seed)
         dev.append(record["metrics"]["main"])
         if heldout is not None:
             held.append(finetune.evaluate(model, TASKS["toy"], {"dev": heldout}, fargs)["main"])
@@ -247,7 +247,7 @@ def study_seeds(args, names):
 def measured(out, args, seed, plans):
     """out/study.json's rows if they hold this seed measured with the same settings, and its runs are
     there, finished with the same settings (a run trained again since is measured again)."""
-    skip = {"seed", "out", "plot", "threads", "jobs", "force"}  # where and how fast, not what
+    skip = {"seed", "out", "threads", "jobs", "force"}  # where and how fast, not what
     with contextlib.suppress(OSError, ValueError, KeyError):
         saved = checkpoints.read_json(os.path.join(out, "study.json"))
         if all(argv is None for _, argv in plans) and {r["seed"] for r in saved["rows"]} == {seed} and all(
@@ -266,9 +266,9 @@ def miniature(args, t0):
     if args.tacl:
         tail, objectives = ["--weight_decay", "0"], {"tacl": ["--objective", "tacl"], "mlm_continued": VARIANTS["mlm"]}
     else:  # one checkpoint each, at its end
-        tail, objectives = ["--save_every", steps, "--eval_every", steps], dict.fromkeys(("mlm", "taco", "retromae"), [])
-    plan = lambda: {name: plan_run(name, args, seed, args.out, [*objective, "--init", first[0], "--steps", steps,
-                                                                *tail], first[0]) for name, objective in objectives.items()}
+        tail, objectives = ["--save_every", steps, "--eval_every", steps], {v: [] for v in ("mlm", "taco", "retromae")}
+    plan = lambda: {name: plan_run(name, args, seed, args.out, [*own, "--init", first[0], "--steps", steps, *tail],
+                                   first[0]) for name, own in objectives.items()}
     plan()  # every run in the way refused before any training
     pretrain([first], args)
     plans = plan()  # again: what to reuse depends on the init's checkpoint
@@ -289,21 +289,21 @@ def miniature(args, t0):
     save(args.out, args, times, rows, format_tacl_table(rows) if args.tacl else format_retromae_table(rows),
          name="tacl" if args.tacl else "study", drawn=False)
     if args.tacl:
-        analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
+        analyze.plot_heatmaps(panels, tokens, os.path.join(args.out, "tacl_heatmap.png"))
     print(f"wall time: {times['total_s']} s ({times['pretrain_s']} s pre-training)")
     return rows
 
 
 def save(out, args, times, rows, table, name="study", drawn=True):
     """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the table printed
-    unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png or --plot)."""
+    unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png)."""
     checkpoints.write_json(os.path.join(out, f"{name}.json"), {"settings": vars(args), "time": times, "rows": rows})
     checkpoints.atomic_write(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"),
                              lambda f: f.write((table + "\n").encode()))
     if out == args.out:
         print(table)
     if drawn:
-        plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
+        plot(rows, os.path.join(out, "study.png"))
 
 
 # ----------------------------------------------------------------------------- tables and plot
@@ -474,7 +474,8 @@ def plot(rows, path):
         return print("note: pip install matplotlib for the plots; the table above has every number")
     ft = "ft_heldout_mean" if any(r.get("ft_heldout_scores") for r in rows) else "ft_mean"
     panels = [(["ctx_score", "ctx_doc_score"], "contextual score (intra - inter cosine; dashed: documents)"),
-              (["wordsim_cooc"], "co-occurring words' embedding cosine (Fig. 3a)"), (["eval_mlm_loss"], "held-out MLM loss"),
+              (["wordsim_cooc"], "co-occurring words' embedding cosine (Fig. 3a)"),
+              (["eval_mlm_loss"], "held-out MLM loss"),
               ([ft], f"fine-tuned {'held-out' if ft == 'ft_heldout_mean' else 'dev'} (acc+F1)/2 (dotted: MLM's final)")]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, (keys, title) in zip(axes.flat, panels):
@@ -529,7 +530,6 @@ def main(argv=None):
     add("--ft_heldout", type=int_range(0), default=None, help="held-out pairs of the toy pair task that score each "
         "fine-tuned model besides the 1,000 dev pairs (0 = none; default 5000; none for --tacl / --retromae)")
     add("--mlm_ft_every", type=int_range(0), default=0, help="fine-tune mlm every N steps and at its end (0: always)")
-    add("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning lr (default: finetune.py's)")
     add("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
     add("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
     add("--ft_max_len", type=int_range(4, 512), default=64, help="fine-tuning tokens per pair")
@@ -538,24 +538,23 @@ def main(argv=None):
     add("--jobs", type=int_range(0), default=0, help="processes side by side (0: one per CPU core; 1 on CUDA)")
     add("--threads", type=int_range(0), default=0, help="CPU threads per process (0: 1 with --jobs > 1, else all)")
     add("--cache_dir", default=None, help="toy corpus and token cache (default $TACO_CACHE or ~/.cache/taco)")
-    add("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
     args, t0 = p.parse_args(argv), time.time()
     with cli.errors():
         mini = args.tacl or args.retromae
-        defaults = dict(ft_seeds=[1, 2, 3], ft_heldout=0) if mini else dict(ft_seeds=[1, 2, 3, 4, 5, 6], ft_heldout=5000)
-        vars(args).update({k: v for k, v in defaults.items() if getattr(args, k) is None})
+        if args.ft_seeds is None:
+            args.ft_seeds = [1, 2, 3] if mini else [1, 2, 3, 4, 5, 6]
+        if args.ft_heldout is None:
+            args.ft_heldout = 0 if mini else 5000
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         if not names or any(v not in VARIANTS for v in names):
             raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
         if len(set(args.seed)) < len(args.seed) or mini and len(args.seed) > 1:
-            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give distinct seeds, one for --tacl / --retromae")
+            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give distinct seeds (one for a miniature)")
         cli.output_path(args.out, "--out", folder=True)
         device = cli.device(args.device)
         word_pairs(args)  # a bad file fails before training
         if args.ft_seeds and args.ft_heldout:
             toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
-        if args.plot:
-            analyze.picture_path(args.plot, "--plot")
         args.jobs = args.jobs or (1 if device.type == "cuda" or args.launcher else os.cpu_count() or 1)
         args.threads = args.threads or (1 if args.jobs > 1 else 0)
         if args.threads:
