@@ -246,7 +246,7 @@ def test_toy_pair_eval_is_its_own_stream(tmp_path):
 
 @pytest.mark.parametrize("argv", [["--variants", "mlm,bert"], ["--pairs", "no_such_pairs.tsv"], ["--seed", "1,1"],
                                   ["--max_len", "4"], ["--lr", "nan"], ["--size", "huge"],  # taco.py's parser checks
-                                  ["--taco_args", "--bogus 1"], ["--tacl", "--seed", "0,1"]])
+                                  ["--taco_args", "--bogus 1"], ["--taco_args", "--warmup 'x"], ["--tacl", "--seed", "0,1"]])
 def test_study_bad_input_exits_2_before_training(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         study.main(["--out", str(tmp_path / "s"), "--steps", "2", "--save_every", "1", *argv])

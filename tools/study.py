@@ -521,7 +521,8 @@ def main(argv=None):
     for flag, kind, default in [("size", str, "tiny"), ("data", str, "toy"), ("max_len", int, None),
                                 ("batch_size", int, None), ("lr", float, None)]:
         add(f"--{flag}", type=kind, default=default, help=f"taco.py --{flag}")
-    add("--taco_args", default="", help="more taco.py flags for every objective, e.g. '--warmup 100'")
+    add("--taco_args", default="", type=lambda s: shlex.join(shlex.split(s)),  # a bad quote: one line
+        help="more taco.py flags for every objective, e.g. '--warmup 100'")
     add("--launcher", default="", help="command before taco.py, e.g. 'torchrun --nproc_per_node=8' ('': python)")
     add("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
     # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
