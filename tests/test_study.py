@@ -104,7 +104,7 @@ def test_a_failed_run_is_one_line_naming_its_log(tmp_path, capsys):
                     f"--vocab {tmp_path}/none.txt"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("error: taco.py failed for ")
-    assert "none.txt" in err and f"see {tmp_path / 's' / 'mlm'}/pretrain.log" in err
+    assert "No such file or directory" in err and "none.txt" in err and f"see {tmp_path / 's' / 'mlm'}/pretrain.log" in err
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the runs in /proc")
