@@ -1,7 +1,7 @@
 """MLM vs TACO (and the paper's ablations) under one seed, data and budget, measured over training.
 
 Each objective is pre-trained by taco.py (subprocesses, --jobs at a time) with the same flags; then every
-checkpoint and the shared random init (step 0) are measured, --jobs at a time: analyze.py's probes and the
+checkpoint and the random init (step 0) are measured, --jobs at a time: analyze.py's probes and the
 toy pair task fine-tuned once per --ft_seeds with finetune.py's loop, scored on its 1,000 dev pairs and on
 5,000 held-out pairs (toy.toy_pair_eval). Output: OUT/study.json, OUT/table.md (printed), OUT/study.png;
 several seeds go into OUT/seed<S>, compared in OUT/table.md. Run again, it reuses what finished with the
@@ -15,11 +15,9 @@ same settings and resumes what did not (Ctrl-C: each taco.py run saves); other r
     python tools/study.py --tacl          # TaCL's miniature: MLM, then TaCL vs more MLM from it (docs/tacl.md)
     python tools/study.py --retromae --out runs/retromae_study     # MLM vs TACO vs RetroMAE (docs/retromae.md)
 """
-import argparse
 import concurrent.futures
 import contextlib
 import itertools
-import json
 import math
 import multiprocessing
 import os
@@ -38,7 +36,7 @@ import torch
 
 import finetune
 from data import load_tokenizer
-from engine.cli import UsageError, float_range, int_range
+from engine.cli import UsageError, int_range
 from engine.evalsets import read_beir, read_pairs, read_sts
 from engine.tasks import TASKS, load_split
 from engine.toy import toy_corpus, toy_pair_eval, toy_sentence_eval
@@ -55,41 +53,19 @@ VARIANTS = {  # name -> taco.py flags; all else is shared
     "taco_untied": ["--objective", "taco", "--untie_embeddings"],
     "retromae": ["--objective", "retromae"],  # whole-word MLM at 30% + RetroMAE's decoder loss
 }
-RETROMAE_VARIANTS = ("mlm", "taco", "retromae")
-# --taco_args may set what every objective shares (--warmup, --negatives, ...), but neither what makes a
-# variant what it is (else the "taco" rows could be an MLM run) nor what study.py sets.
-FIXED = sorted({f[2:] for flags in VARIANTS.values() for f in flags if f.startswith("--")} | {"init"}) + [
-    "size", "data", "steps", "max_len", "batch_size", "lr", "seed", "device", "cache_dir", "threads", "out",
-    "save_every", "eval_every", "keep_last", "resume", "force"]
 
 
 # ----------------------------------------------------------------------------- pre-training
 
-def taco_argv(name, args, seed, out, extra=(), user=None):
-    """taco.py's flags for one variant: its VARIANTS flags, the shared settings, --taco_args
-    (or `user`), what study.py needs (a checkpoint every --save_every steps, all kept), `extra`."""
+def taco_argv(name, args, seed, out, extra=()):
+    """taco.py's flags for one variant: its VARIANTS flags, the shared settings, --taco_args, then what
+    study.py needs (a checkpoint every --save_every steps, all kept) and `extra`: the last of a flag wins."""
     shared = {k: getattr(args, k) for k in ("size", "data", "steps", "max_len", "batch_size", "lr", "device",
                                             "cache_dir")}
     shared.update(steps=args.steps or None, seed=seed)  # steps 0: the recipe's
-    user = shlex.split(args.taco_args) if user is None else user
-    return (VARIANTS.get(name, []) + [f"--{k}={v}" for k, v in shared.items() if v is not None] + list(user)
-            + ["--save_every", str(args.save_every), "--eval_every", str(args.save_every), "--keep_last", "1000000",
-               "--out", out, *extra])
-
-
-def check_taco_args(args, names):
-    """Refuse --taco_args that change a FIXED setting: per variant and seed, taco.py's settings with the
-    user's flags last (where they win) against without."""
-    try:
-        user = shlex.split(args.taco_args)
-        flags.get_args(user)  # taco.py's parser: reads no file; a mistake is a UsageError
-    except ValueError as err:  # that, or shlex's unclosed quote
-        raise UsageError(f"--taco_args {args.taco_args!r}: {err}") from None
-    for name, seed in itertools.product(names, args.seed):
-        alone = vars(flags.get_args(taco_argv(name, args, seed, "OUT", user=[])))
-        mixed = vars(flags.get_args(taco_argv(name, args, seed, "OUT", user=[]) + user))
-        if k := next((k for k in FIXED if mixed[k] != alone[k]), None):
-            raise UsageError(f"--taco_args sets --{k}, which --variants or study.py set (here for {name!r})")
+    return [*VARIANTS.get(name, []), *(f"--{k}={v}" for k, v in shared.items() if v is not None),
+            *shlex.split(args.taco_args), "--save_every", str(args.save_every), "--eval_every", str(args.save_every),
+            "--keep_last", "1000000", "--out", out, *extra]
 
 
 def step_of(path):
@@ -102,7 +78,7 @@ def plan_run(name, args, seed, out_dir, extra=(), init=None):
     resumed where it stopped; a run with other settings is replaced only with --force."""
     out = os.path.join(out_dir, name)
     argv = taco_argv(name, args, seed, out, extra)
-    want = {k: v for k, v in vars(flags.get_args(argv)).items() if k not in flags.RESUMABLE}
+    want = {k: v for k, v in vars(flags.get_args(argv)).items() if k not in flags.RESUMABLE}  # a mistake: one line
     config = {}
     with contextlib.suppress(OSError, ValueError):  # none there (or not JSON): not this run
         config = checkpoints.read_json(os.path.join(out, "config.json"))
@@ -113,30 +89,26 @@ def plan_run(name, args, seed, out_dir, extra=(), init=None):
         same = bool(start) and os.path.basename(start[0]) in str(config.get("init"))
     if same and saved and step_of(saved[0]) == want["steps"]:
         return out, None
-    if not config and not saved:
-        return out, argv  # nothing there yet
-    if same:  # on from its newest checkpoint, or from the start if it stopped before its first
-        return out, argv + (["--resume"] if saved else ["--force"])
-    if args.force:
-        return out, argv + ["--force"]
-    raise UsageError(f"{out} holds a run with other settings; pass --force to replace it, or choose another --out")
+    if not (same or args.force or not (config or saved)):
+        raise UsageError(f"{out} holds a run with other settings; pass --force to replace it, or choose another --out")
+    # on from its newest checkpoint; from the start if it stopped before its first, or replacing another run
+    return out, argv + (["--resume"] if same and saved else ["--force"] if config or saved else [])
 
 
 def pretrain(plans, args):
     """Run the planned taco.py commands, --jobs at a time, each logging to RUN/pretrain.log."""
     def run(out, argv):
-        os.makedirs(out, exist_ok=True)
-        cmd = [*(shlex.split(args.launcher) or [sys.executable]), os.path.join(ROOT, "taco.py"), *argv]
-        cmd += ["--threads", str(args.threads)] if args.threads else []
+        cmd = [*(shlex.split(args.launcher) or [sys.executable]), os.path.join(ROOT, "taco.py"), *argv,
+               *(["--threads", str(args.threads)] if args.threads else [])]
         print(f"pre-training {out} (log: {out}/pretrain.log)", flush=True)
-        with open(os.path.join(out, "pretrain.log"), "a") as log:
-            log.write(f"$ {shlex.join(cmd)}\n")
-            log.flush()
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-        if code:
-            with open(os.path.join(out, "pretrain.log"), errors="replace") as log:
-                tail = [line for line in log.read().replace("\r", "\n").splitlines() if line.strip()][-1:]
-            raise UsageError(f"taco.py failed for {out} (exit {code}): {' '.join(tail)}; see {out}/pretrain.log")
+        os.makedirs(out, exist_ok=True)
+        with open(log := os.path.join(out, "pretrain.log"), "a") as f:
+            print(f"$ {shlex.join(cmd)}", file=f, flush=True)
+            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        if code:  # taco.py's last line says why
+            with open(log, errors="replace") as f:
+                last = f.read().replace("\r", "\n").strip().splitlines()[-1:]
+            raise UsageError(f"taco.py failed for {out} (exit {code}): {' '.join(last)}; see {log}")
         print(f"{out}: pre-trained", flush=True)
 
     for out, argv in plans:
@@ -166,15 +138,14 @@ def finetune_scores(encoder, tok, vocab, args):
         return data, encode("dev", toy_pair_eval(args.cache_dir, n=args.ft_heldout)) if args.ft_heldout else None
     data, heldout = cached(("ft", vocab), splits)
     recipe, fargs = finetuning.ft_recipe(encoder.config), finetuning.get_args(["--max_len", str(args.ft_max_len)])
-    fargs.rank, fargs.world, fargs.source, fargs.pad_id = 0, 1, "study", tok.pad_id
-    fargs.device = cli.device(args.device)
+    vars(fargs).update(rank=0, world=1, source="study", pad_id=tok.pad_id, device=cli.device(args.device),
+                       warmup=recipe["warmup"], weight_decay=recipe["weight_decay"])
     fargs.dtype, fargs.autocast = cli.precision(fargs.device)  # finetune.py's: bf16 on capable CUDA, else fp32
-    fargs.warmup, fargs.weight_decay = recipe["warmup"], recipe["weight_decay"]
     weights, dev, held = {"bert." + k: v for k, v in encoder.state_dict().items()}, [], []
     for seed in args.ft_seeds:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             record, model = finetune.run_one(TASKS["toy"], data, encoder.config, weights, fargs,  # quiet: no bars
-                                             args.ft_lr or recipe["lr"], fargs.batch_size, args.ft_epochs, seed)
+                                             recipe["lr"], fargs.batch_size, args.ft_epochs, seed)
         dev.append(record["metrics"]["main"])
         if heldout is not None:
             held.append(finetune.evaluate(model, TASKS["toy"], {"dev": heldout}, fargs)["main"])
@@ -254,30 +225,20 @@ def study_seeds(args, names):
         print(f"seed {seed}: reusing the measured study in {outs[seed]}")
     todo = [seed for seed in args.seed if seed not in rows]
     pretrain([plans[seed, name] for seed in todo for name in names], args)
-    jobs, got = [], {}  # a job: the (seed, objective, step) of each row it measures, measure_checkpoint's arguments
-    inits = {}  # objectives that share an init share its step-0 row
+    jobs = []  # ((seed, objective, step), measure_checkpoint's arguments), seed by seed
     for seed, name in itertools.product(todo, names):
         run = plans[seed, name][0]
-        cfg = checkpoints.read_json(os.path.join(run, "config.json"))
-        init = json.dumps([cfg["model_config"], seed, cfg["args"]["data"], cfg["args"]["max_len"]])
-        if init not in inits:
-            jobs.append((inits.setdefault(init, []), run, None, args, True))
-        inits[init].append((seed, name, 0))
-        every, last = (args.mlm_ft_every if name == "mlm" else 0), cfg["args"]["steps"]  # MLM's last: the goal
-        jobs += [([(seed, name, step)], run, p, args, not every or step % every == 0 or step == last)
-                 for step, p in measured_checkpoints(run, cfg["args"])]
-    left = {seed: sum(job[0][0][0] == seed for job in jobs) for seed in todo}
+        a = checkpoints.read_json(os.path.join(run, "config.json"))["args"]
+        every = args.mlm_ft_every if name == "mlm" else 0  # MLM's last: the goal, always fine-tuned
+        jobs += [((seed, name, step), run, p, args, not every or step % every == 0 or step == a["steps"])
+                 for step, p in [(0, None), *measured_checkpoints(run, a)]]  # None: the random init
     n = min(args.jobs, len(jobs))  # spawn, not fork: a forked child would inherit PyTorch's thread pool mid-use
     pool = multiprocessing.get_context("spawn").Pool(n, _worker, (args.threads,)) if n > 1 else None
     with pool or contextlib.nullcontext():  # its end ends the workers, on an error too
-        for keys, row in pool.imap_unordered(_measure, jobs) if pool else map(_measure, jobs):
-            seed, name, step = keys[0]
-            left[seed] -= 1
-            got.update(dict.fromkeys(keys, row))
+        for i, ((seed, name, step), row) in enumerate(pool.imap(_measure, jobs) if pool else map(_measure, jobs)):
             say(f"seed {seed} {name} step {step}", row)
-            if not left[seed]:
-                keys = sorted((k for k in got if k[0] == seed), key=lambda k: (names.index(k[1]), k[2]))
-                rows[seed] = [{"variant": k[1], "seed": seed, **got[k], "step": k[2]} for k in keys]
+            rows.setdefault(seed, []).append({"variant": name, "seed": seed, **row, "step": step})
+            if i + 1 == len(jobs) or jobs[i + 1][0][0] != seed:  # the seed's last row
                 save(outs[seed], args, {"measure_cpu_s": round(sum(r["cpu_s"] for r in rows[seed]))}, rows[seed],
                      format_table(rows[seed]))
     return [r for seed in args.seed for r in rows[seed]]
@@ -286,7 +247,7 @@ def study_seeds(args, names):
 def measured(out, args, seed, plans):
     """out/study.json's rows if they hold this seed measured with the same settings, and its runs are
     there, finished with the same settings (a run trained again since is measured again)."""
-    skip = {"seed", "out", "plot", "threads", "jobs", "force"}  # where and how fast, not what
+    skip = {"seed", "out", "threads", "jobs", "force"}  # where and how fast, not what
     with contextlib.suppress(OSError, ValueError, KeyError):
         saved = checkpoints.read_json(os.path.join(out, "study.json"))
         if all(argv is None for _, argv in plans) and {r["seed"] for r in saved["rows"]} == {seed} and all(
@@ -300,16 +261,14 @@ def miniature(args, t0):
     --tacl: tacl and, as the control, mlm_continued, both with weight decay 0 (as TaCL's AdamW);
     OUT/tacl.json, tacl_table.md, tacl_heatmap.png. --retromae: mlm, taco and retromae from OUT/stage0,
     their [CLS] vectors probed too; OUT/study.json, table.md."""
-    seed = args.seed[0]
+    seed, steps = args.seed[0], str(args.continue_steps)
     first = plan_run("mlm", args, seed, args.out if args.tacl else os.path.join(args.out, "stage0"))
     if args.tacl:
-        cont, tail = args, ["--steps", str(args.continue_steps), "--weight_decay", "0"]
-        objectives = {"tacl": ["--objective", "tacl"], "mlm_continued": ["--objective", "mlm"]}
-    else:  # each continuation's --steps and --save_every: --continue_steps
-        cont = argparse.Namespace(**{**vars(args), "steps": args.continue_steps, "save_every": args.continue_steps})
-        tail, objectives = [], dict.fromkeys(RETROMAE_VARIANTS, [])
-    plan = lambda: {name: plan_run(name, cont, seed, args.out, [*objective, "--init", first[0], *tail], first[0])
-                    for name, objective in objectives.items()}
+        tail, objectives = ["--weight_decay", "0"], {"tacl": ["--objective", "tacl"], "mlm_continued": VARIANTS["mlm"]}
+    else:  # one checkpoint each, at its end
+        tail, objectives = ["--save_every", steps, "--eval_every", steps], {v: [] for v in ("mlm", "taco", "retromae")}
+    plan = lambda: {name: plan_run(name, args, seed, args.out, [*own, "--init", first[0], "--steps", steps, *tail],
+                                   first[0]) for name, own in objectives.items()}
     plan()  # every run in the way refused before any training
     pretrain([first], args)
     plans = plan()  # again: what to reuse depends on the init's checkpoint
@@ -330,21 +289,21 @@ def miniature(args, t0):
     save(args.out, args, times, rows, format_tacl_table(rows) if args.tacl else format_retromae_table(rows),
          name="tacl" if args.tacl else "study", drawn=False)
     if args.tacl:
-        analyze.plot_heatmaps(panels, tokens, args.plot or os.path.join(args.out, "tacl_heatmap.png"))
+        analyze.plot_heatmaps(panels, tokens, os.path.join(args.out, "tacl_heatmap.png"))
     print(f"wall time: {times['total_s']} s ({times['pretrain_s']} s pre-training)")
     return rows
 
 
 def save(out, args, times, rows, table, name="study", drawn=True):
     """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the table printed
-    unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png or --plot)."""
+    unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png)."""
     checkpoints.write_json(os.path.join(out, f"{name}.json"), {"settings": vars(args), "time": times, "rows": rows})
     checkpoints.atomic_write(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"),
                              lambda f: f.write((table + "\n").encode()))
     if out == args.out:
         print(table)
     if drawn:
-        plot(rows, args.plot if args.plot and out == args.out else os.path.join(out, "study.png"))
+        plot(rows, os.path.join(out, "study.png"))
 
 
 # ----------------------------------------------------------------------------- tables and plot
@@ -459,7 +418,7 @@ def gaps(rows, seeds, v, key, last):
 def format_seeds_table(rows, seeds):
     """Several pre-training seeds: mean ± std over them per objective and step; per seed the step at which
     each objective first reaches MLM's final fine-tuned score (for each score of scores()), how often and
-    the median; the paired gap to MLM's final score; where the spread comes from; the contextual score."""
+    the median; the paired gap to MLM's final score; the contextual score."""
     ft, at = ["ft_mean", "ft_heldout_mean"][:1 + any(r.get("ft_heldout_scores") for r in rows)], {}
     for r in rows:  # (variant, step) -> its rows, one per seed
         at.setdefault((r["variant"], r["step"]), []).append(r)
@@ -500,50 +459,12 @@ def format_seeds_table(rows, seeds):
         lines += ["", f"### Paired gap: objective at a step minus MLM at step {last:,}, same seed (points)", "",
                   *md(["objective", "step", *(c for label, _ in paired for c in (f"{label}: mean ± std",
                                                                                 "seeds ahead"))], body)]
-    if {"heldout", "dev", "first", "second"} <= set(kinds) and len(seeds) > 1:
-        lines += noise_lines(rows, seeds, kinds, others, last, at)
     if "taco" in others:
         pairs = [(a["ctx_score"], b["ctx_score"]) for a in rows if a["variant"] == "taco" and a["step"]
                  for b in rows if b["variant"] == "mlm" and b["seed"] == a["seed"] and b["step"] == a["step"]]
         lines.append(f"\nContextual score (blocks): TACO's is above MLM's at {sum(t > m for t, m in pairs)} of "
                      f"{len(pairs)} (seed, step) checkpoints measured for both.")
     return "\n".join(lines)
-
-
-def noise_lines(rows, seeds, kinds, others, last, at):
-    """Where the spread over pre-training seeds comes from, per objective and step (points): the spread of
-    one fine-tuning around its checkpoint's mean (pooled over seeds; held-out and dev pairs), that of the
-    seeds' means, the part of it left for pre-training, and the error of one fine-tuned model's 1,000 dev
-    pairs against its held-out score. Then the same for the crossing criterion's gap."""
-    n, body = len(rows[0]["ft_scores"]), []
-    for (v, step), rs in ((k, rs) for k, rs in at.items() if k[1] and rs[0]["ft_heldout_scores"]):
-        ft_h, ft_d = (math.sqrt(np.mean([np.var(r[k], ddof=1) for r in rs]))
-                      for k in ("ft_heldout_scores", "ft_scores"))
-        between = float(np.std([r["ft_heldout_mean"] for r in rs], ddof=1))
-        pre = math.sqrt(max(0.0, between ** 2 - ft_h ** 2 / n))
-        dev_err = ms([d - h for r in rs for d, h in zip(r["ft_scores"], r["ft_heldout_scores"])], 100, "{:+.1f}")
-        body.append([v, step, *(f"{100 * x:.1f}" for x in (ft_h, ft_d, between, pre)), dev_err])
-    lines = ["", "### Where the spread comes from (fine-tuned score, points)", "",
-             *md(["objective", "step", "one fine-tuning vs its checkpoint's mean, held-out", "same, dev 1,000",
-                  f"pre-training seeds' means ({n} fine-tunings each, held-out)", "of which pre-training",
-                  "dev 1,000 minus held-out, one fine-tuned model (mean ± std)"], body),
-             "", f"The crossing criterion's gap (objective at a step minus MLM at {last:,}, same seed), "
-             f"pooled over the steps from {last // 2:,} on:"]
-    for v in others:
-        h, d, a, b = (gaps(rows, seeds, v, kinds[k][1], last) for k in ("heldout", "dev", "first", "second"))
-        steps = [s for s in h if s >= last // 2]
-        halves = [x - y for s in steps for x, y in zip(a[s], b[s])]
-        ft_half = math.sqrt(np.mean(np.square(halves)) / 2)  # one half's fine-tuning noise: Var(a - b) = 2 Var
-        shift = [x - y for s in steps for x, y in zip(d[s], h[s])]
-        dev = float(np.std(shift, ddof=1))
-        spread = math.sqrt(np.mean([np.var(h[s], ddof=1) for s in steps]))
-        pre = math.sqrt(max(0.0, spread ** 2 - ft_half ** 2 / 2))  # all seeds: half the variance of a half
-        lines.append(f"- {v}: measured with {n // 2} fine-tuning seeds on the 1,000 dev pairs, the gap carries "
-                     f"{100 * ft_half:.1f} points of fine-tuning noise and {100 * dev:.1f} of dev-pair sampling "
-                     f"({100 * math.hypot(ft_half, dev):.1f} together; the dev pairs also shift it by "
-                     f"{100 * np.mean(shift):+.1f} on average); over pre-training seeds, the held-out gap ({n} seeds) "
-                     f"spreads {100 * spread:.1f} points, {100 * pre:.1f} of them pre-training")
-    return lines
 
 
 def plot(rows, path):
@@ -587,24 +508,21 @@ def main(argv=None):
     seed, add = int_range(0, 2**32 - 1), p.add_argument
     add("--out", default="runs/study", help="one run folder per objective, plus study.json, table.md, study.png")
     add("--variants", default="mlm,taco", help=f"comma-separated: {', '.join(VARIANTS)}")
-    add("--tacl", action="store_true", help="TaCL's miniature: MLM for --steps, then --continue_steps of tacl and "
-        "of mlm from it; OUT/tacl.json, tacl_table.md, tacl_heatmap.png")
-    add("--retromae", action="store_true", help="RetroMAE's miniature: MLM for --steps (OUT/stage0), then mlm, taco "
-        "and retromae from it for --continue_steps")
+    add("--seed", type=cli.list_of(seed), default=[0], help="pre-training seeds; several go into OUT/seed<S>, "
+        "compared in OUT/table.md")
+    add("--tacl", action="store_true", help="TaCL's miniature: MLM for --steps, then tacl and mlm from it")
+    add("--retromae", action="store_true", help="RetroMAE's miniature: MLM (OUT/stage0), then mlm, taco, retromae")
     add("--continue_steps", type=int_range(1), default=600, help="--tacl / --retromae: steps of each continuation")
     add("--force", action="store_true", help="replace runs in OUT with other settings (the same settings: reused)")
-    # pre-training, every objective alike: taco.py's flags (its parser checks their values)
-    add("--steps", type=int_range(0), default=1200, help="pre-training steps (0: the recipe's; tiny's 600 ends "
-        "before MLM has left its unigram plateau)")
+    # pre-training, every objective alike: taco.py's flags (its parser checks them)
+    add("--steps", type=int_range(0), default=1200, help="pre-training steps (0: the recipe's; tiny's 600 end on "
+        "MLM's unigram plateau)")
     add("--save_every", type=int_range(1), default=150, help="checkpoint (and measure) every N steps")
     for flag, kind, default in [("size", str, "tiny"), ("data", str, "toy"), ("max_len", int, None),
                                 ("batch_size", int, None), ("lr", float, None)]:
-        add(f"--{flag}", type=kind, default=default,
-            help=f"taco.py --{flag}" + (" (default: the recipe's)" if default is None else ""))
-    add("--seed", type=cli.list_of(seed), default=[0], help="pre-training seed of every objective; several (0,1,2) "
-        "go into OUT/seed<S>, and OUT/table.md compares them")
-    add("--taco_args", default="", help="more taco.py flags for every objective, e.g. '--warmup 100' (not those "
-        "that make a variant another, nor study.py's own)")
+        add(f"--{flag}", type=kind, default=default, help=f"taco.py --{flag}")
+    add("--taco_args", default="", type=lambda s: shlex.join(shlex.split(s)),  # a bad quote: one line
+        help="more taco.py flags for every objective, e.g. '--warmup 100'")
     add("--launcher", default="", help="command before taco.py, e.g. 'torchrun --nproc_per_node=8' ('': python)")
     add("--pairs", default="toy", help="WordSim353-format file for the word similarity (toy: the toy corpus's)")
     # fine-tuning on the toy pair task: cheap settings, the same for every checkpoint
@@ -612,41 +530,32 @@ def main(argv=None):
         help="fine-tuning seeds per checkpoint ('' = none; default 1,2,3,4,5,6; 1,2,3 for --tacl / --retromae)")
     add("--ft_heldout", type=int_range(0), default=None, help="held-out pairs of the toy pair task that score each "
         "fine-tuned model besides the 1,000 dev pairs (0 = none; default 5000; none for --tacl / --retromae)")
-    add("--mlm_ft_every", type=int_range(0), default=0, help="fine-tune mlm's checkpoints only every N steps and "
-        "its last (0 = every one)")
-    add("--ft_lr", type=float_range(0, lo_open=True), default=None, help="fine-tuning lr (default: finetune.py's)")
+    add("--mlm_ft_every", type=int_range(0), default=0, help="fine-tune mlm every N steps and at its end (0: always)")
     add("--ft_epochs", type=int_range(1), default=2, help="fine-tuning epochs")
     add("--ft_train", type=int_range(0), default=2000, help="training pairs used (0 = all 4000)")
     add("--ft_max_len", type=int_range(4, 512), default=64, help="fine-tuning tokens per pair")
     # system
     add("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    add("--jobs", type=int_range(0), default=0, help="processes side by side: pre-training runs, then measurements "
-        "(0 = one per CPU core; 1 on CUDA or with --launcher)")
-    add("--threads", type=int_range(0), default=0, help="CPU threads per process (0 = one when --jobs > 1, else "
-        "PyTorch's default)")
+    add("--jobs", type=int_range(0), default=0, help="processes side by side (0: one per CPU core; 1 on CUDA)")
+    add("--threads", type=int_range(0), default=0, help="CPU threads per process (0: 1 with --jobs > 1, else all)")
     add("--cache_dir", default=None, help="toy corpus and token cache (default $TACO_CACHE or ~/.cache/taco)")
-    add("--plot", default=None, help="PNG path (default OUT/study.png; --tacl: OUT/tacl_heatmap.png)")
     args, t0 = p.parse_args(argv), time.time()
     with cli.errors():
         mini = args.tacl or args.retromae
-        defaults = dict(ft_seeds=[1, 2, 3], ft_heldout=0) if mini else dict(ft_seeds=[1, 2, 3, 4, 5, 6],
-                                                                            ft_heldout=5000)
-        vars(args).update({k: v for k, v in defaults.items() if getattr(args, k) is None})
+        if args.ft_seeds is None:
+            args.ft_seeds = [1, 2, 3] if mini else [1, 2, 3, 4, 5, 6]
+        if args.ft_heldout is None:
+            args.ft_heldout = 0 if mini else 5000
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         if not names or any(v not in VARIANTS for v in names):
             raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
+        if len(set(args.seed)) < len(args.seed) or mini and len(args.seed) > 1:
+            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give distinct seeds (one for a miniature)")
         cli.output_path(args.out, "--out", folder=True)
         device = cli.device(args.device)
-        if len(set(args.seed)) < len(args.seed):
-            raise UsageError(f"--seed {','.join(map(str, args.seed))}: give one seed or distinct seeds, e.g. 0,1,2")
-        if mini and len(args.seed) > 1:
-            raise UsageError(f"--{'tacl' if args.tacl else 'retromae'} runs one pre-training seed: pass one --seed")
-        check_taco_args(args, ["mlm"] if args.tacl else list(RETROMAE_VARIANTS) if args.retromae else names)
         word_pairs(args)  # a bad file fails before training
         if args.ft_seeds and args.ft_heldout:
             toy_pair_eval(args.cache_dir, n=args.ft_heldout)  # generated once, before the workers need it
-        if args.plot:
-            analyze.picture_path(args.plot, "--plot")
         args.jobs = args.jobs or (1 if device.type == "cuda" or args.launcher else os.cpu_count() or 1)
         args.threads = args.threads or (1 if args.jobs > 1 else 0)
         if args.threads:
