@@ -10,6 +10,7 @@ and times, a hub dataset by name) and the vocabulary. tools/prepare.py builds it
 """
 import contextlib
 import ctypes
+import fcntl
 import functools
 import hashlib
 import json
@@ -25,6 +26,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from engine import cli
 from engine.cli import DataError, default_cache_dir
 from engine.toy import toy_corpus
 
@@ -53,7 +55,8 @@ def resolve(data_spec, cache_dir=None):
         elif (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
             parts.append(("saved", path))
         elif path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.suffix.lower() in READERS and not p.name.startswith("."))
+            files = sorted(p for p in path.iterdir() if p.suffix.lower() in READERS and not p.name.startswith(".")
+                           and p.stat().st_size)  # (an empty file holds no document)
             if not files:
                 raise DataError(f"folder {path} has no .txt, .jsonl, .json or .parquet files: --data reads those, "
                                 f"or a folder saved by datasets' save_to_disk")
@@ -98,8 +101,14 @@ def load_documents(parts, work):
         if run:
             reader, by = run[0][1:]
             files = [str(p) for p, _, _ in run]
-            ds = datasets.load_dataset(reader, data_files=files, split="train", cache_dir=str(work),
-                                       **({"sample_by": by, "encoding_errors": "replace"} if reader == "text" else {}))
+            kwargs = {"sample_by": by, "encoding_errors": "replace"} if reader == "text" else {}
+            try:
+                ds = datasets.load_dataset(reader, data_files=files, split="train", cache_dir=str(work), **kwargs)
+            except Exception as err:  # a malformed JSON line, a file that is not Parquet, ...: what datasets met
+                if cli.disk_full(err):
+                    raise
+                why = cli.reason(cli.cause(err, lambda e: e.__cause__ is None))
+                raise DataError(f"--data: cannot read {', '.join(files[:3])}{' ...' * (len(files) > 3)}: {why}") from err
             sets.append(text_column(ds, files[0]))
             run.clear()
 
@@ -176,14 +185,17 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
     read, and, if given, that the cache was reused."""
     parts = resolve(data_spec, cache_dir)
     path = cache_path(parts, tokenizer, cache_dir)
-    if (tokens := cached(path, tokenizer)) is not None:
-        if say:  # a run's log says it; a tool is quiet
-            say(f"data: {data_spec}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
-        return tokens
-    say = say or (lambda line: print(line, file=sys.stderr))
-    if path.exists():
-        say(f"warning: token cache {path} cannot be used (cut short or damaged); rebuilding it")
-    return build(path, parts, tokenizer, num_proc, lambda line: say(f"data: {data_spec}: {line}"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time (two runs side by side): the second reuses it
+        if (tokens := cached(path, tokenizer)) is not None:
+            if say:  # a run's log says it; a tool is quiet
+                say(f"data: {data_spec}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
+            return tokens
+        say = say or (lambda line: print(line, file=sys.stderr))
+        if path.exists():
+            say(f"warning: token cache {path} cannot be used (cut short or damaged); rebuilding it")
+        return build(path, parts, tokenizer, num_proc, lambda line: say(f"data: {data_spec}: {line}"))
 
 
 def build(path, parts, tokenizer, num_proc, say):

@@ -70,8 +70,8 @@ def test_the_array_is_the_same_for_any_num_proc(toy_dir, tmp_path):
     one = tokenize_corpus("toy", tok, tmp_path / "one", num_proc=1)
     three = tokenize_corpus("toy", tok, tmp_path / "three", num_proc=3)
     assert np.array_equal(one, three) and one.dtype == three.dtype
-    assert sorted(p.name for p in (tmp_path / "three" / "tokens").iterdir()) == [  # nothing left on the way
-        Path(three.filename).stem + ".json", Path(three.filename).name]
+    stem = Path(three.filename).stem  # nothing left on the way but the builders' lock
+    assert sorted(p.name for p in (tmp_path / "three" / "tokens").iterdir()) == [stem + s for s in (".json", ".lock", ".npy")]
 
 
 @pytest.mark.parametrize("how", ["truncated", "zero-byte", "no manifest", "other length", "ids outside the vocabulary"])
@@ -182,10 +182,10 @@ def test_stopping_a_run_while_it_tokenises_ends_every_process(tmp_path, toy_dir,
     if how == "Ctrl-C":
         assert not out.exists()
     else:  # what it left: its work folder, gone with the next build
-        assert [p.suffix for p in (cache / "tokens").iterdir()] == [".work"]
+        assert sorted(p.suffix for p in (cache / "tokens").iterdir()) == [".lock", ".work"]
         tok = WordPieceTokenizer(toy_dir / "vocab.txt")
         tokenize_corpus(str(toy_dir / "train.txt"), tok, cache)
-        assert sorted(p.suffix for p in (cache / "tokens").iterdir()) == [".json", ".npy"]
+        assert sorted(p.suffix for p in (cache / "tokens").iterdir()) == [".json", ".lock", ".npy"]
 
 
 def test_disk_full_for_real_while_tokenising(tmp_path, toy_dir):
@@ -208,4 +208,29 @@ def test_disk_full_for_real_while_tokenising(tmp_path, toy_dir):
     assert r.returncode == 2, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: no space left in ") and "Traceback" not in r.stderr, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == "[]"  # nothing left, not even the lock
+    left = json.loads(r.stdout.strip().splitlines()[-1].replace("'", '"'))
+    assert [os.path.splitext(f)[1] for f in left] == [".lock"]  # nothing but the builders' (empty) lock
+
+
+@pytest.mark.parametrize("name, content", [("bad.jsonl", '{"text": "hello"}\n{"text": \n'),
+                                           ("bad.parquet", "not parquet at all")])
+def test_a_file_datasets_cannot_read_is_one_line(tmp_path, name, content):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(DataError, match=rf"--data: cannot read {tmp_path / name}: "):
+        documents(tmp_path / name, tmp_path)
+
+
+def test_two_runs_building_one_cache_at_once(tmp_path, toy_dir):
+    """Two processes tokenising the same corpus side by side (a study's runs): one builds, the other waits for it
+    and reuses its cache."""
+    code = ("import sys; sys.path.insert(0, {here!r}); from data import WordPieceTokenizer; "
+            "from engine.corpus import tokenize_corpus; "
+            "print(len(tokenize_corpus({data!r}, WordPieceTokenizer({vocab!r}), {cache!r}, say=print)))")
+    code = code.format(here=str(HERE), data=str(toy_dir / "train.txt"), vocab=str(toy_dir / "vocab.txt"),
+                       cache=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    said = "".join(out for out, _ in outs)
+    assert said.count("tokenized into 413,903 tokens") == 1 and said.count("reusing the token cache") == 1
