@@ -4,10 +4,10 @@ dynamic MLM masking (BERT's 80/10/10; whole-word masking and RetroMAE's decoder 
     tok = load_tokenizer("toy")           # or a vocab.txt, a folder with one, or a hub id
     tok.encode("Hello, world!")           # ids, without [CLS] / [SEP]
     blocks = make_blocks(tokens, 128, tok.cls_id, tok.sep_id)
-    inputs, labels = mask_tokens(blocks[0:8], tok)
+    inputs, labels = mask_tokens(torch.from_numpy(blocks[0:8].astype(np.int64)), tok)
 
 Where the tokens come from (hub datasets, local files, the toy corpus) and the token cache that
-holds them once tokenised are the engineering's: engine/corpus.py and engine/token_cache.py.
+holds them once tokenised are the engineering's: engine/corpus.py (tokenize_corpus).
 """
 import os
 import re

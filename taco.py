@@ -143,10 +143,9 @@ def tacl_loss(student_h, teacher_h, anchors, temperature=0.01):
 
 
 def make_teacher(cfg, init_state, dropout, device):
-    """TaCL's teacher: a frozen copy of the --init encoder. It lives outside the trained model, so
-    it is in no optimizer, DDP wrapper or checkpoint; every rank builds it from the same --init,
-    and a resumed run rebuilds it from there. dropout=True is the official code's behaviour (its
-    teacher follows model.train(); yxuansu/TaCL#11)."""
+    """TaCL's teacher: a frozen copy of the --init encoder, outside the trained model (in no optimizer, DDP wrapper
+    or checkpoint); every rank, and a resumed run, builds it from --init. dropout=True is the official code's
+    behaviour (its teacher follows model.train(); yxuansu/TaCL#11)."""
     teacher = Bert(cfg).to(device)
     teacher.load_state_dict({k[5:]: v for k, v in init_state.items() if k.startswith("bert.")})
     return teacher.requires_grad_(False).train(dropout)
@@ -180,8 +179,7 @@ def retromae_loss(model, inputs, labels, dec, decoder_weight=1.0):
 
 
 def mean_cross_entropy(logits, targets):
-    """The mean cross-entropy over the chosen rows; 0 (still in the graph) when none was chosen:
-    a micro-batch where masking chose nothing is a normal event, not a NaN."""
+    """The mean cross-entropy over the chosen rows; 0 (in the graph) when masking chose none: normal, not a NaN."""
     return F.cross_entropy(logits, targets) if len(targets) else logits.sum() * 0.0
 
 
@@ -396,17 +394,19 @@ def make_model(args, cfg, init_state=None):
 # ----------------------------------------------------------------------------- training
 
 def train(args):
-    """Pre-train as `args` say. The loop is the method: data -> mask -> forward -> loss ->
-    backward -> step. `run` (runs.Run) is the run's engineering, one call per moment: processes,
-    the output folder, resume, checkpoints, logs, signals."""
+    """Pre-train as `args` say. The loop is the method: data -> mask -> forward -> loss -> backward -> step; `run`
+    (runs.Run) is the run's engineering, one call per moment. (1) args.device_batch_size is the micro-batch
+    check_args chose: the largest divisor of the per-rank batch up to the flag. (2) DDP orders its gradient buckets
+    after the first backward it sees: one before the first step makes a resumed run sum its gradients as an unbroken
+    one does (exact resume; its own gradients are dropped)."""
     init = checkpoints.load_init(args.init) if args.init else None  # the weights to continue from
     apply_recipe(args, init)  # with --init and neither --size nor --data: the recipe that fits the init
     with runs.Run(args) as run:  # ranks, threads, checks across flags, --out's lock, the checkpoint to resume
         tok = run.first("load --vocab", lambda: load_tokenizer(args.vocab, args.cache_dir))  # rank 0 asks the hub first
         cfg = model_config(args, tok, init)
-        blocks = make_blocks(run.tokens(tok), args.max_len, tok.cls_id, tok.sep_id)  # tokenised once and cached
+        blocks = make_blocks(run.tokens(tok), args.max_len, tok.cls_id, tok.sep_id)  # --data, tokenised once and cached
         train_blocks, eval_blocks = blocks.split(len(blocks) - min(args.eval_blocks, len(blocks) // 10))  # tail held out
-        batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)
+        batches = Batches(train_blocks, args.batch_size, args.device_batch_size, args.seed, run.rank, run.world)  # (1)
 
         torch.manual_seed(args.seed)  # the same init on every rank
         raw = make_model(args, cfg, init.state if init and not run.resuming else None).to(run.device)
@@ -416,10 +416,10 @@ def train(args):
         optimizer = configure_optimizer(raw, args.lr, args.weight_decay)
         scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == "fp16")  # fp16 only: scaled gradients
         start = run.begin(raw, optimizer, scaler, tok, batches, eval_blocks, init)  # refuse to clobber; resume; config.json
-        if init and not start and run.eval_due(args.steps):  # the init's own held-out scores: the end line compares
+        if init and not start and run.master:  # the init's own held-out scores, which the end line compares with
             run.init_eval = evaluate(raw, eval_blocks, tok, args, run.device, run.autocast)
         model = torch.compile(raw) if args.compile else raw
-        if run.world > 1:  # DDP: every rank's gradients averaged in the backward, in buckets a first backward orders
+        if run.world > 1:  # DDP: every rank's gradients averaged in the backward, in buckets a first backward orders (2)
             model = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None)
             first = masked_batch(batches.at(start)[0], tok, args, torch.Generator()).to(run.device)
             runs.settle_buckets(model, lambda: compute_loss(model, first, args, run.reseed(start)[1], teacher)[0],

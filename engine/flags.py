@@ -145,20 +145,22 @@ def get_args(argv=None):
 
 def apply_recipe(args, init=None):
     """Fill in the recipe's defaults (RECIPES): --size's, or with an --init that needs it read, one
-    that fits the loaded init (choose_recipe). Does nothing if get_args applied it already."""
+    that fits the loaded init (choose_recipe), which it must fit (an MLM head, the positions)."""
+    if args.recipe is None:  # (else get_args applied it already)
+        args.recipe, args.recipe_why = choose_recipe(args, init)
+        args.size, recipe = args.size or "tiny", RECIPES[args.recipe]
+        if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
+            args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
+        vars(args).update({k: v for k, v in recipe.items() if getattr(args, k) is None})
+        args.data = args.data or ("toy" if args.recipe in TOY_SIZES or args.init else PAPER_DATA)  # --init: a toy's
+        args.vocab = args.vocab or ("toy" if args.data == "toy" else "bert-base-uncased")  # the data's usual one
     if init and not init.head and not args.force:
         raise UsageError(f"--init {args.init} has no MLM head (a sentence encoder): continuing it trains a fresh head, "
                          f"and the encoder with it, from chance, so its representations decay first. Continue a model "
                          f"with its MLM head, or pass --force (then compare the end line's MLM accuracy with the init's)")
-    if args.recipe is not None:
-        return
-    args.recipe, args.recipe_why = choose_recipe(args, init)
-    args.size, recipe = args.size or "tiny", RECIPES[args.recipe]
-    if args.warmup is None and args.steps is not None:  # keep the recipe's warm-up fraction
-        args.warmup = round(recipe["warmup"] * args.steps / recipe["steps"])
-    vars(args).update({k: v for k, v in recipe.items() if getattr(args, k) is None})
-    args.data = args.data or ("toy" if args.recipe in TOY_SIZES or args.init else PAPER_DATA)  # --init: a toy model's
-    args.vocab = args.vocab or ("toy" if args.data == "toy" else "bert-base-uncased")  # the data's usual one
+    if init and args.max_len > (most := init.config.max_position_embeddings):
+        raise UsageError(f"--max_len {args.max_len}: --init {args.init} has {most} positions; pass --max_len {most} "
+                         f"or less")
 
 
 def choose_recipe(args, init=None):

@@ -473,6 +473,8 @@ class Run(contextlib.AbstractContextManager):
         return f"stopped at once by a second {name} after step {self.done} (not saved); {saved}"
 
     def end(self):
+        if self.master and not self.last_eval:  # (no held-out blocks)
+            print(f"done: run in {self.args.out}")
         if self.master and (ev := self.last_eval):
             was = f" (--init's {self.init_eval['eval_mlm_acc']:.3f})" if "eval_mlm_acc" in self.init_eval else ""
             mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}{was}" if "eval_mlm_loss" in ev

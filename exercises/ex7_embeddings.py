@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import engine  # noqa: E402  (first, before torch loads: idle CPU threads sleep; engine/__init__.py)
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 

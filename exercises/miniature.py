@@ -31,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as `python exercises/ex5_ablations.py`: the repository's modules
     sys.path.insert(0, ROOT)
 
+import engine  # noqa: E402  (first, before torch loads: idle CPU threads sleep; engine/__init__.py)
 import torch  # noqa: E402
 
 from engine import cli  # noqa: E402

@@ -6,7 +6,6 @@ The same, with text and pictures, as a notebook: exercises/walkthrough.ipynb.
     python exercises/walkthrough.py                    # init, then the 300-step miniature TACO of exercises 5 and 6 (reused)
     python exercises/walkthrough.py --run runs/taco    # init, then a run you have (its newest checkpoint)
 """
-import argparse
 import math
 import os
 import sys
@@ -15,6 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import engine  # noqa: E402  (first, before torch loads: idle CPU threads sleep; engine/__init__.py)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -22,6 +22,7 @@ from data import DataError, load_tokenizer, make_blocks  # noqa: E402
 from engine.corpus import tokenize_corpus  # noqa: E402
 from model import BertConfig, BertForPreTraining  # noqa: E402
 from tools.pictures import topic_words  # noqa: E402
+from engine import cli  # noqa: E402
 from engine.cli import UsageError  # noqa: E402
 from taco import sample_negatives, sample_positives, tc_loss  # noqa: E402
 
@@ -123,21 +124,22 @@ def initial_encoder(tok):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Trace one batch through the TC loss, at init and after training.")
+    p = cli.ArgumentParser(description="Trace one batch through the TC loss, at init and after training.")
     p.add_argument("--run", default=None, help="a taco run directory or checkpoint for the 'after' part "
                    "(default: pre-train a miniature into --out)")
-    p.add_argument("--steps", type=int, default=None, help="miniature pre-training steps when --run is not given "
-                   "(default: the miniature's 300: the very TACO run of exercises 5 and 6, reused if it is there)")
+    p.add_argument("--steps", type=cli.int_range(1), default=None, help="miniature pre-training steps when --run is "
+                   "not given (default: the miniature's 300: the very TACO run of exercises 5 and 6, reused if it is there)")
     p.add_argument("--out", default="runs/mini", help="where the miniature pre-training goes (a finished one is reused)")
-    p.add_argument("--batch", type=int, default=4, help="blocks in the batch")
-    p.add_argument("--max_len", type=int, default=64, help="tokens per block")
-    p.add_argument("--anchor", type=int, default=None, help="position of the anchor in sequence 0 (default: its first topic word)")
-    p.add_argument("--window", type=int, default=5, help="W")
-    p.add_argument("--negatives", type=int, default=50, help="K")
-    p.add_argument("--temperature", type=float, default=0.07, help="tau")
+    p.add_argument("--batch", type=cli.int_range(2), default=4, help="blocks in the batch")
+    p.add_argument("--max_len", type=cli.int_range(8, 512), default=64, help="tokens per block")
+    p.add_argument("--anchor", type=cli.int_range(1), default=None, help="position of the anchor in sequence 0 "
+                   "(default: its first topic word)")
+    p.add_argument("--window", type=cli.int_range(2), default=5, help="W")
+    p.add_argument("--negatives", type=cli.int_range(1), default=50, help="K")
+    p.add_argument("--temperature", type=cli.float_range(0, lo_open=True), default=0.07, help="tau")
     args = p.parse_args(argv)
     from exercises.miniature import threads
-    with threads(1):  # one thread, as the miniature runs and the notebook: the same numbers on any machine with this CPU
+    with cli.errors(), threads(1):  # one thread, as the miniature runs and the notebook: the same numbers here
         return trace_all(args)
 
 

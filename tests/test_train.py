@@ -293,6 +293,18 @@ def test_a_model_without_an_mlm_head_is_continued_only_with_force(tmp_path, mini
     assert not (tmp_path / "x").exists()
 
 
+def test_an_init_with_fewer_positions_than_max_len_is_one_line(tmp_path, toy_dir, run_taco, capsys):
+    hf = str(tmp_path / "hf")
+    vocab = str(toy_dir / "vocab.txt")
+    size = len(open(vocab).read().split("\n")) - 1
+    BertForPreTraining(BertConfig.from_size("tiny", vocab_size=size, max_position_embeddings=64)).save_pretrained(
+        hf, vocab_file=vocab)
+    assert run_taco(["--init", hf, "--out", str(tmp_path / "x")]) == 2  # the continue recipe's max_len 128
+    err = capsys.readouterr().err
+    assert err == f"error: --max_len 128: --init {hf} has 64 positions; pass --max_len 64 or less\n"
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("objective", ["mlm", "taco", "tacl", "retromae"])
 def test_continuing_a_real_model_with_the_defaults_keeps_it(objective, tmp_path, minilm, real_text, run_taco,
                                                            capsys, final_weights):
