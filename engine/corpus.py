@@ -186,9 +186,11 @@ def tokenize_corpus(data_spec, tokenizer, cache_dir=None, num_proc=None, say=Non
     parts = resolve(data_spec, cache_dir)
     path = cache_path(parts, tokenizer, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time (two runs side by side): the second reuses it
-        if (tokens := cached(path, tokenizer)) is not None:
+    with contextlib.ExitStack() as held:
+        if (tokens := cached(path, tokenizer)) is None:  # one builder at a time: a run beside it waits, then reuses
+            fcntl.flock(held.enter_context(open(path.with_suffix(".lock"), "w")), fcntl.LOCK_EX)
+            tokens = cached(path, tokenizer)
+        if tokens is not None:
             if say:  # a run's log says it; a tool is quiet
                 say(f"data: {data_spec}: {len(tokens):,} tokens, tokenized before: reusing the token cache {path}")
             return tokens
