@@ -1,8 +1,5 @@
-"""A run's engineering, shared by every script that trains: one run per --out (RunLock), torchrun's ranks
-(setup_distributed), the stop signals (StopSignals), seeds from (seed, step, rank) for exact resume, and Run:
-the moments of taco.py's train(), one call each. What a run writes and reads back is in checkpoints.py;
-user mistakes are cli.UsageError (docs/robustness.md).
-"""
+"""A run's engineering: one run per --out (RunLock), torchrun's ranks, the stop signals, seeds from (seed, step,
+rank) for exact resume, and Run: the moments of taco.py's train(), one call each (docs/robustness.md)."""
 import contextlib
 import fcntl
 import functools
@@ -66,11 +63,9 @@ class RunLock(contextlib.AbstractContextManager):
 
 
 class StopSignals(contextlib.AbstractContextManager):
-    """While active, a stop signal (SIGINT, SIGTERM, SIGHUP) sets `signum`: the loop saves and stops at the next
-    step boundary, agreed by every rank in the step's one all-reduce. Signals that come within TOGETHER seconds
-    of the first are that stop (Slurm signals every process of a job, and torchrun forwards its own); one well
-    after it stops the process at once, after `at_once(its name)`: checkpoints are whole, a torn log line is
-    dropped on reading."""
+    """While active, a stop signal sets `signum`: the loop saves and stops at the next step boundary, agreed by every
+    rank in the step's all-reduce. Signals within TOGETHER s of the first are that stop (Slurm signals every process
+    of a job, torchrun forwards its own); a later one stops at once, after `at_once(its name)`."""
     TOGETHER = 2.0
 
     def __init__(self, master, at_once):
@@ -96,8 +91,7 @@ class StopSignals(contextlib.AbstractContextManager):
 # ----------------------------------------------------------------------------- processes
 
 def setup_distributed(device_arg):
-    """-> (rank, local rank, world size, device): torchrun sets RANK / LOCAL_RANK / WORLD_SIZE; a
-    plain `python taco.py` is rank 0 of 1."""
+    """-> (rank, local rank, world size, device) from torchrun's RANK, LOCAL_RANK, WORLD_SIZE; else rank 0 of 1."""
     device = cli.device(device_arg)
     if "RANK" not in os.environ:
         return 0, 0, 1, device
@@ -118,9 +112,8 @@ def setup_distributed(device_arg):
 
 
 def gather_pool(keys, real, group):
-    """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T)
-    of every rank's micro-batch, in rank order, and the rows of this rank's sequences among them.
-    all_gather carries no gradient: no gradient crosses ranks."""
+    """--negatives_from global: the detached unit global parts (M, H) and real-token masks (B', T) of every rank's
+    micro-batch, in rank order, and this rank's rows among them (all_gather: no gradient crosses ranks)."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     parts = [[torch.empty_like(t) for _ in range(world)] for t in (keys, real.to(torch.uint8))]
     dist.all_gather(parts[0], keys.contiguous(), group=group)
@@ -146,8 +139,7 @@ def step_seed(seed, step, rank):
 
 
 def fingerprint(tokens):
-    """A token array's length and the checksum of its first and last million ids: cheap, and different for
-    any other corpus or vocabulary in practice."""
+    """A token array's length and a checksum of its first and last million ids: cheap, and another data's differ."""
     n = 1 << 20
     return f"{len(tokens)}:{hashlib.sha256(tokens[:n].tobytes() + tokens[-n:].tobytes()).hexdigest()[:16]}"
 
