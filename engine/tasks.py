@@ -220,10 +220,9 @@ def find_task(spec, text_columns=None, label_column="label", metrics=None):
 
 
 def folder_task(folder, text_columns=None, label_column="label", metrics=None):
-    """A task described by its files, named by its folder: train and dev (or validation) splits with a header
-    row, the label in `label_column`, the text in `text_columns` (default: every other column but an id; one
-    text or a pair), the classes in labels.txt, one per line in class order (none: a regression of numbers),
-    scored by the mean of `metrics` (default: accuracy, or Pearson and Spearman for a regression)."""
+    """A task described by its folder: train and dev (or validation) splits with a header row, the label in
+    `label_column`, the text in `text_columns` (default: the others but an id; one or two), the classes in labels.txt
+    (none: a regression), scored by the mean of `metrics` (default: acc, or pearson and spearman)."""
     name, train = os.path.basename(os.path.normpath(folder)), split_file(folder, "train")
     dev = next((s for s in ("dev", "validation") if split_file(folder, s)), None)
     if train is None or dev is None:

@@ -15,7 +15,7 @@ source or the repository.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root's modules
 from engine import checkpoints, cli, folders  # first, before torch loads (engine/__init__.py)
 import torch
 
