@@ -85,9 +85,8 @@ def load_hf_state_dict(model, state_dict):
 
 # safetensors: 8-byte little-endian header length N, N bytes of JSON {name: {"dtype", "shape", "data_offsets":
 # [begin, end]}, "__metadata__": {...}}, then the raw little-endian tensor bytes (offsets from the header's end).
-_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-              "BOOL": torch.bool}
+_ST_DTYPES = dict(F64=torch.float64, F32=torch.float32, F16=torch.float16, BF16=torch.bfloat16, I64=torch.int64,
+                  I32=torch.int32, I16=torch.int16, I8=torch.int8, U8=torch.uint8, BOOL=torch.bool)
 
 
 def read_safetensors(path):

@@ -1,10 +1,9 @@
-"""The built-in offline toy corpus: a small grammar over ten topics, its WordPiece vocabulary and its
-evaluation sets, each generated once per seed into the cache folder ($TACO_CACHE).
+"""The built-in offline toy corpus: a small grammar over ten topics, its WordPiece vocabulary and its evaluation sets,
+each generated once per seed into the cache folder ($TACO_CACHE).
 
-Documents have GLOBAL semantics (one latent topic per document picks most content words) and LOCAL
-structure (a small grammar with number agreement, tense, relative clauses). Hyphens mark WordPiece
-pieces: "light-house" is in the vocab as "light" + "##house"; inflected forms ("rabbits", "chased")
-are stem + "##s"/"##es"/"##d"/"##ed".
+Documents have GLOBAL semantics (one latent topic per document picks most content words) and LOCAL structure (a small
+grammar with number agreement, tense, relative clauses). Hyphens mark WordPiece pieces: "light-house" is in the vocab as
+"light" + "##house"; inflected forms ("rabbits", "chased") are stem + "##s"/"##es"/"##d"/"##ed".
 """
 import filecmp
 import json

@@ -1,8 +1,7 @@
-"""Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022): the contextual score
-(intra- minus inter-context similarity of last-layer states on held-out blocks, its Fig. 3b / Fig. 6 / appendix
-A.3, with Table 9's dot-product and L1 / L2 / L10 variants), word similarity (Fig. 3a), TaCL's self-similarity per
-layer and heatmap, and the [CLS] vector's sentence probes (retrieval, STS: docs/retromae.md). docs/paper.md says
-what each number is.
+"""Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022): the contextual score (intra-
+minus inter-context similarity of last-layer states on held-out blocks, its Fig. 3b / Fig. 6 / appendix A.3, with Table
+9's dot-product and L1 / L2 / L10 variants), word similarity (Fig. 3a), TaCL's self-similarity per layer and heatmap,
+and the [CLS] vector's sentence probes (retrieval, STS: docs/retromae.md). docs/paper.md says what each number is.
 
     python tools/analyze.py --model runs/taco                       # toy corpus and toy word pairs
     python tools/analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json

@@ -4,13 +4,10 @@
     python tools/export.py runs/retromae/ckpt_00000600.pt hf/retromae
     python tools/export.py runs/minilm_taco hf/minilm_taco --encoder_only   # a BertModel: no MLM head
 
-OUT gets what transformers' Auto* classes, sentence_transformers.SentenceTransformer, `finetune.py --model` and
-`taco.py --init` load: config.json (BertForMaskedLM), model.safetensors (the encoder, its [CLS] pooler and the MLM
-head; RetroMAE's decoder serves pre-training only and is left out, as upstream), vocab.txt, tokenizer_config.json,
-and sentence-transformers' modules.json with its pooling. A run that never had a pooler gets a freshly initialised
-one (as transformers would make), so that no weight is reported missing. The key mapping is model.py's. OUT is
-written beside and renamed into place (engine/folders.py): a non-empty OUT only with --force, never a run, the
-source or the repository.
+OUT gets what transformers' Auto* classes, SentenceTransformer, `finetune.py --model` and `taco.py --init` load:
+config.json, model.safetensors (encoder, pooler, MLM head; RetroMAE's decoder left out, as upstream; a run without a
+pooler gets a fresh one, so no weight is reported missing), the tokenizer and sentence-transformers' files. It is
+written beside and renamed into place: a non-empty OUT only with --force, never a run, the source or the repository.
 """
 import os
 import sys
