@@ -160,8 +160,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
 
 @torch.no_grad()
 def predict(model, split, regression, args):
-    """-> class ids (or regression values) for every example of a split, in its order, and the
-    softmax probability of each predicted class."""
+    """-> class ids (or regression values) of a split's examples, in order, and the softmax probability of each."""
     model.eval()
     order = np.argsort([len(s) for s in split["ids"]], kind="stable")  # similar lengths: little padding
     out, prob = np.zeros(len(order)), np.ones(len(order))

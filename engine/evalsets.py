@@ -46,8 +46,7 @@ def read_pairs(path):
 
 
 def read_sts(path):
-    """[(sentence1, sentence2, score)] of an STS-format TSV: the columns sentence1, sentence2 and score
-    when a header names them (STS-B's files), else the first three."""
+    """[(sentence1, sentence2, score)] of an STS TSV: the columns a header so names (STS-B's), else the first three."""
     names = ("sentence1", "sentence2", "score")
     first = next((line.split("\t") for _, line in read_lines(path) if line.strip()), [])
     at = [first.index(c) for c in names] if set(names) <= set(first) else [0, 1, 2]

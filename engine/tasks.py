@@ -141,8 +141,7 @@ def read_table(path, names=()):
 
 
 def load_split(task, split, data_dir=None, cache_dir=None):
-    """One split, from data_dir's files or else the hub: {"a": texts, "b": texts or None, "labels": array or
-    None (test), "index": ids}."""
+    """One split, from data_dir's files or the hub: {"a", "b" (or None), "labels" (None: test), "index"}."""
     if data_dir is None:
         from datasets import load_dataset  # a slow import, needed only for the hub
         config, hub_split = task_key(task.name), split.replace("dev", "validation")

@@ -186,8 +186,7 @@ def save_figure(fig, path, plt):
 
 
 def plot_heatmaps(panels, tokens, path):
-    """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
-    Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
+    """A token x token cosine heatmap per model ({name: (T, T)}), as TaCL's Fig. 1; no matplotlib: a note."""
     if (plt := pyplot()) is None:
         return print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)

@@ -121,8 +121,7 @@ def make_step(name, args, cfg, inputs, labels):
 
 
 def alternate(fns, device, rounds, warmup=0):
-    """Call every fn(i) in turn (A B C A B C ...: the machine's drift hits each alike), `warmup`
-    untimed rounds first -> {name: median ms}."""
+    """Each fn(i) in turn (A B C A B C ...: drift hits all alike) after `warmup` untimed rounds -> {name: median ms}."""
     times, sync = {}, torch.cuda.synchronize if device.type == "cuda" else lambda: None
     for i in range(warmup + rounds):
         for name, fn in fns.items():
@@ -170,8 +169,7 @@ def head(*names):
 
 
 def measure(args):
-    """Time every variant (and its peak memory on CUDA); print the table and the machine-readable lines
-    -> {variant: median ms}."""
+    """Time every variant (peak memory too on CUDA), print the table and the machine-readable lines -> {variant: ms}."""
     cfg = BertConfig.from_size(args.size)
     inputs, labels = make_batch(args)
     try:
@@ -208,8 +206,7 @@ def measure(args):
 
 
 def peak_memory(step):
-    """Peak bytes that two steps add on top of what is allocated (gradients, AdamW state, activations,
-    temporaries), from the CUDA allocator."""
+    """The peak bytes two steps add to what is allocated (gradients, AdamW state, activations, temporaries)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()

@@ -41,11 +41,10 @@ def export(spec, out, pooling=None, encoder_only=False, force=False):
                              f"{unexpected[:3]}")
     objective = (run or {}).get("objective")
     pooling = pooling or ("cls" if objective == "retromae" else "mean")
-    hf_state = to_hf_state_dict(model)
     with folders.replacing(out, "export.py", force, {"SOURCE": spec}) as tmp:
         model.save_pretrained(tmp, vocab_file=vocab, do_lower_case=lowercase(source, run))
         if encoder_only:  # a BertModel: its keys carry no "bert." prefix, and no MLM head
-            sd = {k.removeprefix("bert."): v for k, v in hf_state.items() if k.startswith("bert.")}
+            sd = {k.removeprefix("bert."): v for k, v in to_hf_state_dict(model).items() if k.startswith("bert.")}
             write_safetensors(os.path.join(tmp, "model.safetensors"), sd)
             checkpoints.write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict("BertModel"))
         write_sentence_transformers(tmp, cfg, pooling)

@@ -461,8 +461,7 @@ def format_seeds_table(rows, seeds):
 
 
 def plot(rows, path):
-    """2 x 2 panels, one colour per objective: every pre-training seed as a thin line, their mean as a
-    thick one. matplotlib is optional: a note if it is missing."""
+    """2 x 2 panels, a colour per objective, each seed a thin line, their mean a thick one; no matplotlib: a note."""
     if (plt := analyze.pyplot()) is None:
         return print("note: pip install matplotlib for the plots; the table above has every number")
     ft = "ft_heldout_mean" if any(r.get("ft_heldout_scores") for r in rows) else "ft_mean"
