@@ -40,7 +40,6 @@ from taco import configure_optimizer, get_lr
 
 # ----------------------------------------------------------------------------- model inputs
 
-
 def encode(tok, split, max_len, quiet=True):
     """Adds the ids of [CLS] a [SEP] (b [SEP]) and the length of segment A to a split."""
     ids, first = [], []
@@ -161,8 +160,7 @@ def run_one(task, data, config, weights, args, lr, batch_size, epochs, seed):
 
 @torch.no_grad()
 def predict(model, split, regression, args):
-    """-> class ids (or regression values) for every example of a split, in its order, and the
-    softmax probability of each predicted class."""
+    """-> class ids (or regression values) of a split's examples, in order, and the softmax probability of each."""
     model.eval()
     order = np.argsort([len(s) for s in split["ids"]], kind="stable")  # similar lengths: little padding
     out, prob = np.zeros(len(order)), np.ones(len(order))
@@ -195,9 +193,8 @@ def write_predictions(model, task, data, args):
 
 
 def predict_file(args):
-    """--predict FILE --model FOLDER (a classifier save_best wrote): its label and probability for every line (or
-    row) of FILE, beside the text -> FOLDER-<FILE's name>.tsv beside it, or OUT/predict/<FILE's name>.tsv with
-    --out (never --predict_test's submission files in OUT/predictions; an earlier prediction only with --force)."""
+    """--predict FILE --model FOLDER (save_best's): a label and probability per line (or row) of FILE beside its text ->
+    FOLDER-<FILE's name>.tsv, or with --out OUT/predict/<FILE's name>.tsv (never OUT/predictions'); --force replaces."""
     task, max_len = finetuning.saved_task(args.model)
     data = read_examples(args.predict, task)  # before the model: a bad file fails fast
     name = os.path.splitext(os.path.basename(args.predict))[0] + ".tsv"

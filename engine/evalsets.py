@@ -1,7 +1,6 @@
-"""Readers of the evaluation sets' files, as analyze.py and study.py probe them: word pairs (WordSim353
-layout), BEIR retrieval folders, STS tables. A line that cannot be read is one `error:` line naming the
-file and the line. read_lines is the line reader of every data file (tasks.py reads GLUE's splits with it).
-"""
+"""Readers of the evaluation sets' files, as analyze.py and study.py probe them: word pairs (WordSim353 layout), BEIR
+retrieval folders, STS tables. A line that cannot be read is one `error:` line naming the file and the line.
+read_lines is the line reader of every data file (tasks.py reads GLUE's splits with it)."""
 import json
 import os
 
@@ -47,8 +46,7 @@ def read_pairs(path):
 
 
 def read_sts(path):
-    """[(sentence1, sentence2, score)] of an STS-format TSV: the columns sentence1, sentence2 and score
-    when a header names them (STS-B's files), else the first three."""
+    """[(sentence1, sentence2, score)] of an STS TSV: the columns a header so names (STS-B's), else the first three."""
     names = ("sentence1", "sentence2", "score")
     first = next((line.split("\t") for _, line in read_lines(path) if line.strip()), [])
     at = [first.index(c) for c in names] if set(names) <= set(first) else [0, 1, 2]
@@ -70,9 +68,8 @@ def _read_jsonl(path):
 
 
 def read_beir(folder, split="test"):
-    """A BEIR folder -> (corpus [(id, text)], queries [(id, text)], qrels {query id: {document id: grade}}):
-    corpus.jsonl, queries.jsonl and qrels/<split>.tsv (query-id, corpus-id, integer score after a header
-    line; trec_eval's four columns too)."""
+    """A BEIR folder -> (corpus [(id, text)], queries [(id, text)], qrels {query id: {document id: grade}}) from its
+    corpus.jsonl, queries.jsonl, qrels/<split>.tsv (query-id, corpus-id, integer score after a header; or 4 columns)."""
     qrels, cols = {}, lambda line: line.split("\t") if "\t" in line else line.split()
     fields = lambda line: (cols(line)[0], *cols(line)[-2:]) if len(cols(line)) in (3, 4) else ()
     for qid, did, grade in _table(os.path.join(folder, "qrels", f"{split}.tsv"),

@@ -1,8 +1,7 @@
-"""Speed equivalents of the plain code, each tested equal to the form it replaces (test_fast.py):
-`SampledCosines`, tc_loss's F.normalize + einsum at linear cost; `Dropout` and `attention`, CPU dropout
-without the serial Bernoulli sampler, put into a model by `speed_up` (elsewhere they call the plain op).
-The training loops switch them on; `--plain` and `--plain_tc` keep them off.
-"""
+"""Speed equivalents of the plain code, each tested equal to the form it replaces (test_fast.py): `SampledCosines`,
+tc_loss's F.normalize + einsum at linear cost; `Dropout` and `attention`, CPU dropout without the serial Bernoulli
+sampler, put into a model by `speed_up` (elsewhere they call the plain op). The training loops switch them on;
+`--plain` and `--plain_tc` keep them off."""
 import warnings
 
 import torch
@@ -13,15 +12,14 @@ import torch.nn.functional as F
 # ----------------------------------------------------------------------------- the TC cosines
 
 class SampledCosines(torch.autograd.Function):
-    """out[n, j] = cos(g[n], keys[cols[n, j]]) for unit-length, detached keys, with a gradient to g:
-    tc_loss's F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the einsum's
-    (N, 1+K, H) copy of keys (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256).
+    """out[n, j] = cos(g[n], keys[cols[n, j]]) for unit-length, detached keys, with a gradient to g: tc_loss's
+    F.normalize(g) and einsum("nh,njh->nj", z, keys[cols]) in one step, without the einsum's (N, 1+K, H) copy of keys
+    (210 MB for BERT-small at 16 x 128, 3.4 GB at 64 x 256).
 
-    Forward: the dots g[n] . keys[cols[n, j]] by `similarity_route`'s route, divided by |g[n]|. Backward:
-    with z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an embedding_bag) and s[n] = z[n] . u[n]
-    = sum_j grad[n, j] out[n, j], d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|: two in-place passes over g where
-    F.normalize's own backward takes about six.
-    """
+    Forward: the dots g[n] . keys[cols[n, j]] by `similarity_route`'s route, divided by |g[n]|. Backward: with
+    z = g / |g|, u[n] = sum_j grad[n, j] keys[cols[n, j]] (an embedding_bag) and s[n] = z[n] . u[n] = sum_j grad[n, j]
+    out[n, j], d/dg[n] = (u[n] - s[n] z[n]) / |g[n]|: two in-place passes over g where F.normalize's backward takes
+    about six."""
 
     @staticmethod
     def forward(ctx, g, keys, cols):
@@ -44,9 +42,8 @@ class SampledCosines(torch.autograd.Function):
 
 
 def sampled_dots(route, g, keys, cols):
-    """(n, j): g[n] . keys[cols[n, j]] by `route`: "product", the whole g @ keys.T a chunk of anchors
-    at a time (<= 1M dots per chunk), then a pick; or "sampled", only the sampled entries
-    (torch.sparse.sampled_addmm). The same numbers, to float rounding."""
+    """(n, j): g[n] . keys[cols[n, j]] by `route`: "product", the whole g @ keys.T a chunk of anchors at a time (<= 1M
+    dots a chunk), then a pick; or "sampled", only those entries (torch.sparse.sampled_addmm): the same, to rounding."""
     n, j = cols.shape
     if route == "product":
         step = max(1, 2 ** 20 // len(keys))
@@ -58,14 +55,13 @@ def sampled_dots(route, g, keys, cols):
         return torch.sparse.sampled_addmm(pattern, g, keys.T, beta=0.0).values().view(n, j)
 
 
-PRODUCT_SPEEDUP = 16  # on the CPU a matrix product does ~this many times more multiply-adds per second than sampled_addmm
+PRODUCT_SPEEDUP = 16  # on the CPU a matrix product does ~16x more multiply-adds per second than sampled_addmm
 
 
 def similarity_route(n, m, j, h):
-    """(route, multiply-adds of forward + backward) of SampledCosines for n anchors, m keys, j sampled
-    keys per anchor, width h: "product" costs n m h, "sampled" n j h, but the product runs
-    PRODUCT_SPEEDUP times faster per multiply-add (measured on a CPU; the same rule on every device),
-    so it wins while m <= PRODUCT_SPEEDUP * j."""
+    """(route, multiply-adds of forward + backward) of SampledCosines for n anchors, m keys, j sampled keys per anchor,
+    width h: "product" costs n m h, "sampled" n j h, but the product runs PRODUCT_SPEEDUP times faster per
+    multiply-add (measured on a CPU; the same rule on every device), so it wins while m <= PRODUCT_SPEEDUP * j."""
     if m <= PRODUCT_SPEEDUP * j:
         return "product", n * m * h + n * j * h
     return "sampled", 2 * n * j * h
@@ -76,11 +72,10 @@ def similarity_route(n, m, j, h):
 def dropout(x, p, training):
     """BERT's dropout: zero each element with probability p, scale the others by 1 / (1 - p).
 
-    On CPU F.dropout's serial Bernoulli sampler takes ~10% of a BERT-small step; here one 64-bit draw
-    gives four 16-bit integers, each compared with p * 2^16: P(zero) is p rounded to a multiple of 2^-16
-    (0.1 -> 0.1000061), the kept elements scaled by the exact inverse of the keep rate, so E[output] = x.
-    About 3x faster (2M elements, 2 threads). On GPU F.dropout is one fused kernel: kept.
-    """
+    On CPU F.dropout's serial Bernoulli sampler takes ~10% of a BERT-small step; here one 64-bit draw gives four
+    16-bit integers, each compared with p * 2^16: P(zero) is p rounded to a multiple of 2^-16 (0.1 -> 0.1000061), the
+    kept elements scaled by the exact inverse of the keep rate, so E[output] = x. About 3x faster (2M elements, 2
+    threads). On GPU F.dropout is one fused kernel: kept."""
     drop = round(p * 2 ** 16)  # drop the 16-bit values below this threshold
     if not (training and 0 < drop < 2 ** 16 and x.device.type == "cpu"):
         return F.dropout(x, p, training)

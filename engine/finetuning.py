@@ -12,8 +12,7 @@ from model import SIZES
 
 
 def say(line):
-    """print, flushed (a log follows the run); standard output that goes nowhere (`| head -1`) costs no result:
-    cli.errors guards it."""
+    """print, flushed (a log follows the run); output that goes nowhere (`| head -1`) costs no result (cli.errors)."""
     print(line, flush=True)
 
 
@@ -50,7 +49,6 @@ def choose_ft_recipe(config, origin=None):
 
 
 def ft_recipe(config, origin=None):
-    """The FT_RECIPES entry for a model (choose_ft_recipe)."""
     return FT_RECIPES[choose_ft_recipe(config, origin)[0]]
 
 
@@ -121,9 +119,8 @@ def summarize(records):
 
 
 def format_table(summary):
-    """One table: a row per task and model (its best configuration), then the task's chance level (the best score
-    of always answering one label, tasks.chance); dev scores x100, `mean ± std (median)` over several seeds. Then
-    each model's average of the main scores over the GLUE tasks it ran, if more than one."""
+    """One table: a row per task and model (its best configuration), then the task's chance level (tasks.chance); dev
+    scores x100, `mean ± std (median)` over seeds. Then each model's mean main score over its GLUE tasks if several."""
     tasks = {}  # task -> [(model, its summary)]
     for model, m in summary["models"].items():
         for name, s in m["tasks"].items():
@@ -138,8 +135,8 @@ def format_table(summary):
             rows.append([name, model, f"{n} seed{'s' * (n > 1)}", "{lr:g}/{batch_size}/{epochs}".format(**s["config"]),
                          *(cell(s["metrics"].get(c), n) for c in cols)])
         if chance := runs[0][1]["chance"]:
-            rows.append([name, "chance (always one label)", "", "", *(cell({"mean": chance[c]} if c in chance else None,
-                                                                             1) for c in cols)])
+            rows.append([name, "chance (always one label)", "", "",
+                         *(cell({"mean": chance[c]} if c in chance else None, 1) for c in cols)])
     widths = [max(map(len, column)) for column in zip(*rows)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     for model, m in summary["models"].items():
@@ -154,46 +151,45 @@ def format_table(summary):
 def get_args(argv=None):
     p = cli.ArgumentParser(description="Fine-tune BERT on GLUE or a task of your own: dev scores over seeds and a "
                            "grid (docs/finetune.md).", formatter_class=cli.HelpFormatter)
+    add, seed = p.add_argument, int_range(0, 2**32 - 1)
     # task and data
-    p.add_argument("--task", "--tasks", default="toy", help=f"comma-separated: {', '.join(TASKS)} (or SST-2), all "
-                   "(GLUE's 8), or a folder of train.tsv, dev.tsv and labels.txt (none: a regression)")
-    p.add_argument("--text_columns", type=cli.list_of(str), default=None, help="a folder task's text, or a pair of "
-                   "columns; default: all but the label and an id")
-    p.add_argument("--label_column", default="label", help="a folder task's label column")
-    p.add_argument("--metrics", type=cli.list_of(str), default=None, help=f"a folder task's score, their mean: "
-                   f"{', '.join(METRICS)}; default: acc, or pearson,spearman")
-    p.add_argument("--data_dir", default=None, help="GLUE's TSVs (or .csv/.jsonl of the hub's columns) instead of the "
-                   "hub: a task's folder, or a folder of them named as GLUE's (CoLA/, ...)")
-    p.add_argument("--cache_dir", default=None, help="cache of hub datasets and the toy corpus")
-    p.add_argument("--max_len", type=int_range(4, 512), default=None,
-                   help="tokens per example; default: 128 (--predict: the classifier's)")
-    p.add_argument("--model", default="runs/taco", help="taco run (its newest checkpoint), checkpoint file or Hugging "
-                   "Face BERT folder; with --predict, OUT/best/TASK")
+    add("--task", "--tasks", default="toy", help=f"comma-separated: {', '.join(TASKS)} (or SST-2), all (GLUE's 8), "
+        "or a folder of train.tsv, dev.tsv and labels.txt (none: a regression)")
+    add("--text_columns", type=cli.list_of(str), help="a folder task's text, or a pair of columns; default: all but "
+        "the label and an id")
+    add("--label_column", default="label", help="a folder task's label column")
+    add("--metrics", type=cli.list_of(str), help=f"a folder task's score, their mean: {', '.join(METRICS)}; default: "
+        "acc, or pearson,spearman")
+    add("--data_dir", help="GLUE's TSVs (or .csv/.jsonl of the hub's columns) instead of the hub: a task's folder, or "
+        "a folder of them named as GLUE's (CoLA/, ...)")
+    add("--cache_dir", help="cache of hub datasets and the toy corpus")
+    add("--max_len", type=int_range(4, 512), help="tokens per example; default: 128 (--predict: the classifier's)")
+    add("--model", default="runs/taco", help="taco run (its newest checkpoint), checkpoint file or Hugging Face BERT "
+        "folder; with --predict, OUT/best/TASK")
     # optimisation: a plural flag is a grid of comma-separated values; a default None is the recipe's (FT_RECIPES)
-    p.add_argument("--lr", type=float_range(0, lo_open=True), default=None,
-                   help="peak learning rate (toy 5e-4, small 5e-5, base 3e-5)")
-    p.add_argument("--lrs", type=cli.list_of(float_range(0, lo_open=True)), default=None, help="grid: 1e-5,2e-5,3e-5")
-    p.add_argument("--batch_size", type=int_range(1), default=32, help="global batch size")
-    p.add_argument("--batch_sizes", type=cli.list_of(int_range(1)), default=None, help="grid: 16,32")
-    p.add_argument("--epochs", type=int_range(1), default=None, help="training epochs (toy 3, small 4, base 6)")
-    p.add_argument("--epochs_list", type=cli.list_of(int_range(1)), default=None, help="grid: 4,6")
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=1, help="seed of the head, data order and dropout")
-    p.add_argument("--seeds", type=cli.list_of(int_range(0, 2**32 - 1)), default=None, help="seeds: 1,2,3,4,5")
-    p.add_argument("--warmup", type=float_range(0), default=None,
-                   help="warm-up: a fraction of the steps if < 1, else steps (toy 0.1, else 10%% of them, at most 100)")
-    p.add_argument("--weight_decay", type=float_range(0), default=None, help="AdamW's, on matrices (toy 0.01, else 0)")
-    p.add_argument("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
+    add("--lr", type=float_range(0, lo_open=True), help="peak learning rate (toy 5e-4, small 5e-5, base 3e-5)")
+    add("--lrs", type=cli.list_of(float_range(0, lo_open=True)), help="grid: 1e-5,2e-5,3e-5")
+    add("--batch_size", type=int_range(1), default=32, help="global batch size")
+    add("--batch_sizes", type=cli.list_of(int_range(1)), help="grid: 16,32")
+    add("--epochs", type=int_range(1), help="training epochs (toy 3, small 4, base 6)")
+    add("--epochs_list", type=cli.list_of(int_range(1)), help="grid: 4,6")
+    add("--seed", type=seed, default=1, help="seed of the head, data order and dropout")
+    add("--seeds", type=cli.list_of(seed), help="seeds: 1,2,3,4,5")
+    add("--warmup", type=float_range(0), help="warm-up: a fraction of the steps if < 1, else steps (toy 0.1, else 10%% "
+        "of them, at most 100)")
+    add("--weight_decay", type=float_range(0), help="AdamW's, on matrices (toy 0.01, else 0)")
+    add("--eval_batch_size", type=int_range(1), default=128, help="batch size of dev and test predictions")
     # system
-    p.add_argument("--device", default=None, help="cpu or cuda; default: cuda if available")
-    p.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"], help="default: bf16 on capable CUDA")
+    add("--device", help="cpu or cuda; default: cuda if available")
+    add("--dtype", choices=["fp32", "bf16", "fp16"], help="default: bf16 on capable CUDA")
     cli.add_threads_flag(p)
-    p.add_argument("--plain", action="store_true", help="PyTorch's own dropout and attention, not engine/fast.py's")
+    add("--plain", action="store_true", help="PyTorch's own dropout and attention, not engine/fast.py's")
     # output
-    p.add_argument("--out", default=None, help="default runs/finetune: results.jsonl, summary.json, best/TASK (the "
-                   "best classifier), predictions/")
-    p.add_argument("--predict_test", action="store_true", help="GLUE server files of each task's best run")
-    p.add_argument("--predict", default=None, help="label each line (or row) of this file with --model OUT/best/TASK")
-    p.add_argument("--force", action="store_true", help="--predict: replace an earlier prediction file")
+    add("--out", help="default runs/finetune: results.jsonl, summary.json, best/TASK (the best classifier), "
+        "predictions/")
+    add("--predict_test", action="store_true", help="GLUE server files of each task's best run")
+    add("--predict", help="label each line (or row) of this file with --model OUT/best/TASK")
+    add("--force", action="store_true", help="--predict: replace an earlier prediction file")
     args = p.parse_args(argv)
     if bad := next((m for m in args.metrics or () if m not in METRICS), None):
         p.error(f"argument --metrics: unknown metric {bad!r}; choose from {', '.join(METRICS)}")

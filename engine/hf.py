@@ -1,7 +1,6 @@
-"""Hugging Face's file formats, without the `transformers` package: the key map between our parameter
-names and BERT's (`to_hf_state_dict`, `load_hf_state_dict`, public in model.py) and the weight files of
-a model directory (model.safetensors by a small reader and writer of its documented format, or
-pytorch_model.bin), for model.py's from_pretrained / save_pretrained."""
+"""Hugging Face's file formats, without the `transformers` package: the key map between our parameter names and BERT's
+(`to_hf_state_dict`, `load_hf_state_dict`, public in model.py) and the weight files of a model directory
+(model.safetensors by a small reader and writer of its documented format, or pytorch_model.bin)."""
 import json
 import os
 import shutil
@@ -54,10 +53,8 @@ def to_hf_state_dict(model):
 
 
 def load_hf_state_dict(model, state_dict):
-    """Copy a Hugging Face BERT state dict (BertModel's, without "bert.", or BertForMaskedLM's,
-    ForPreTraining's, ForSequenceClassification's) into `model`; returns the head weights left fresh.
-    Every encoder weight must be there with the right shape; a head (MLM, pooler, classifier) missing
-    from the checkpoint keeps its fresh initialisation, another task's is skipped."""
+    """Copy a Hugging Face BERT state dict (BertModel's or BertFor*'s) into `model` -> the heads left fresh. Every
+    encoder weight must be there, of its shape; a head missing keeps its init, another task's is skipped."""
     sd = {(k if k.startswith(("bert.", "cls.", "classifier.")) else "bert." + k): v for k, v in state_dict.items()}
     ours, used, missing, fresh, loaded = model.state_dict(), set(), [], [], {}
     for name, hf_names in _key_map(model):
@@ -86,12 +83,10 @@ def load_hf_state_dict(model, state_dict):
 
 # ----------------------------------------------------------------------------- weight files
 
-# safetensors: 8-byte little-endian header length N, N bytes of JSON
-# {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
-# then the raw little-endian tensor bytes (offsets relative to the end of the header).
-_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-              "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
-              "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+# safetensors: 8-byte little-endian header length N, N bytes of JSON {name: {"dtype", "shape", "data_offsets":
+# [begin, end]}, "__metadata__": {...}}, then the raw little-endian tensor bytes (offsets from the header's end).
+_ST_DTYPES = dict(F64=torch.float64, F32=torch.float32, F16=torch.float16, BF16=torch.bfloat16, I64=torch.int64,
+                  I32=torch.int32, I16=torch.int16, I8=torch.int8, U8=torch.uint8, BOOL=torch.bool)
 
 
 def read_safetensors(path):
@@ -134,8 +129,8 @@ def read_model_dir(path):
 
 
 def write_model_dir(path, config, state_dict, vocab_file=None, do_lower_case=True):
-    """A directory `transformers` loads: config.json, model.safetensors, and with a vocab_file
-    vocab.txt and BertTokenizer's tokenizer_config.json."""
+    """A directory `transformers` loads: config.json, model.safetensors, with a vocab_file vocab.txt and
+    BertTokenizer's tokenizer_config.json."""
     os.makedirs(path, exist_ok=True)
     Path(path, "config.json").write_text(json.dumps(config, indent=2))
     write_safetensors(os.path.join(path, "model.safetensors"), state_dict)

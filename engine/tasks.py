@@ -141,8 +141,7 @@ def read_table(path, names=()):
 
 
 def load_split(task, split, data_dir=None, cache_dir=None):
-    """One split, from data_dir's files or else the hub: {"a": texts, "b": texts or None, "labels": array or
-    None (test), "index": ids}."""
+    """One split, from data_dir's files or the hub: {"a", "b" (or None), "labels" (None: test), "index"}."""
     if data_dir is None:
         from datasets import load_dataset  # a slow import, needed only for the hub
         config, hub_split = task_key(task.name), split.replace("dev", "validation")
@@ -220,10 +219,9 @@ def find_task(spec, text_columns=None, label_column="label", metrics=None):
 
 
 def folder_task(folder, text_columns=None, label_column="label", metrics=None):
-    """A task described by its files, named by its folder: train and dev (or validation) splits with a header
-    row, the label in `label_column`, the text in `text_columns` (default: every other column but an id; one
-    text or a pair), the classes in labels.txt, one per line in class order (none: a regression of numbers),
-    scored by the mean of `metrics` (default: accuracy, or Pearson and Spearman for a regression)."""
+    """A task described by its folder: train and dev (or validation) splits with a header row, the label in
+    `label_column`, the text in `text_columns` (default: the others but an id; one or two), the classes in labels.txt
+    (none: a regression), scored by the mean of `metrics` (default: acc, or pearson and spearman)."""
     name, train = os.path.basename(os.path.normpath(folder)), split_file(folder, "train")
     dev = next((s for s in ("dev", "validation") if split_file(folder, s)), None)
     if train is None or dev is None:

@@ -1,10 +1,9 @@
-"""The built-in offline toy corpus: a small grammar over ten topics, its WordPiece vocabulary and its
-evaluation sets, each generated once per seed into the cache folder ($TACO_CACHE).
+"""The built-in offline toy corpus: a small grammar over ten topics, its WordPiece vocabulary and its evaluation sets,
+each generated once per seed into the cache folder ($TACO_CACHE).
 
-Documents have GLOBAL semantics (one latent topic per document picks most content words) and LOCAL
-structure (a small grammar with number agreement, tense, relative clauses). Hyphens mark WordPiece
-pieces: "light-house" is in the vocab as "light" + "##house"; inflected forms ("rabbits", "chased")
-are stem + "##s"/"##es"/"##d"/"##ed".
+Documents have GLOBAL semantics (one latent topic per document picks most content words) and LOCAL structure (a small
+grammar with number agreement, tense, relative clauses). Hyphens mark WordPiece pieces: "light-house" is in the vocab as
+"light" + "##house"; inflected forms ("rabbits", "chased") are stem + "##s"/"##es"/"##d"/"##ed".
 """
 import filecmp
 import json
@@ -183,9 +182,8 @@ def _pair_rows(grammar, n, test=False):
 def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
     """Sentence-embedding test sets from the toy grammar (RetroMAE's probes), BEIR and STS layout."""
     grammar = _ToyGrammar(rng)
-    # Retrieval: short documents of one topic; a query is one sentence of a document (kept in it:
-    # toy documents share nothing else, so a removed sentence would leave no trace of its source).
-    # Relevance 2 = the source document, 1 = another document of the same topic.
+    # Retrieval: short documents of one topic; a query is one sentence of a document (kept in it: toy documents share
+    # nothing else, so a removed sentence would leave no trace of its source). Relevance 2: the source, 1: same topic.
     docs = [grammar.document(2, 4) for _ in range(n_docs)]
     _write(out / "retrieval" / "corpus.jsonl",
            [json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(sents)}) for i, (_, sents) in enumerate(docs)])
@@ -197,8 +195,7 @@ def _write_toy_sentence_eval(out, rng, n_docs=1000, n_queries=300, n_sts=1000):
         qrels += [f"q{q}\td{i}\t{2 if i == source else 1}" for i, (t, _) in enumerate(docs) if t == topic]
     _write(out / "retrieval" / "queries.jsonl", queries)
     _write(out / "retrieval" / "qrels" / "test.tsv", qrels)
-    # Similarity (STS layout): two-sentence texts; the score counts the second text's sentences
-    # that are about the first text's topic (0, 1 or 2).
+    # Similarity (STS layout): two-sentence texts, scored by how many of the second's are about the first's topic.
     rows = ["sentence1\tsentence2\tscore"]
     for _ in range(n_sts):
         t1, score = rng.choice(list(TOPICS)), rng.randint(0, 2)
@@ -244,8 +241,7 @@ def toy_sentence_eval(cache_dir=None, seed=0):
 
 
 def toy_pair_eval(cache_dir=None, seed=0, n=5000):
-    """Folder with dev.tsv: n more pairs of the toy pair task (GLUE dev layout) from a random stream of
-    their own, so the corpus and every number measured on it stay as they are. study.py scores
-    fine-tuned models on them: 1,000 pairs leave a binomial spread of about 1.3 points near 80%."""
+    """Folder with dev.tsv: n more pairs of the toy pair task (GLUE dev layout) from a random stream of their own (the
+    corpus stays as it is), for study.py: 1,000 pairs leave a binomial spread of about 1.3 points near 80%."""
     write = lambda out, rng: _write(out / "dev.tsv", _pair_rows(_ToyGrammar(rng), n))
     return _generate_once(cache_dir, f"toy-pair-eval-v{TOY_VERSION}-seed{seed}-n{n}", write, f"pair-eval-{seed}")

@@ -1,8 +1,7 @@
-"""Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022): the contextual score
-(intra- minus inter-context similarity of last-layer states on held-out blocks, its Fig. 3b / Fig. 6 / appendix
-A.3, with Table 9's dot-product and L1 / L2 / L10 variants), word similarity (Fig. 3a), TaCL's self-similarity per
-layer and heatmap, and the [CLS] vector's sentence probes (retrieval, STS: docs/retromae.md). docs/paper.md says
-what each number is.
+"""Measure a pre-trained checkpoint the way the TACO paper does (Fu et al., ACL 2022): the contextual score (intra-
+minus inter-context similarity of last-layer states on held-out blocks, its Fig. 3b / Fig. 6 / appendix A.3, with Table
+9's dot-product and L1 / L2 / L10 variants), word similarity (Fig. 3a), TaCL's self-similarity per layer and heatmap,
+and the [CLS] vector's sentence probes (retrieval, STS: docs/retromae.md). docs/paper.md says what each number is.
 
     python tools/analyze.py --model runs/taco                       # toy corpus and toy word pairs
     python tools/analyze.py --model runs/taco/ckpt_00000400.pt --metrics cosine,dot,l1,l2,l10 --json a.json
@@ -17,7 +16,7 @@ import os
 import sys
 from collections import Counter
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root's modules
 from engine import checkpoints, cli  # first, before torch loads (engine/__init__.py)
 import numpy as np
 import torch
@@ -59,10 +58,9 @@ def distance_score(h, real, p, groups=None):
 
 @torch.no_grad()
 def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
-    """{metric: {intra, inter, score, ratio}} of the encoder's last-layer states over `batches` (the paper's
-    Table 9). A context is a packed block, or with `sep_id` one document of a block (taco.contextual_score's
-    two forms; its cosine is this one). cosine / dot: mean similarity, score = intra - inter; l1 / l2 / l10:
-    mean distance, score = inter - intra. ratio = intra / inter (> 1 for similarities, < 1 for distances)."""
+    """{metric: {intra, inter, score, ratio}} of the last-layer states over `batches` (the paper's Table 9); a context
+    is a block, or with `sep_id` a document (taco.contextual_score's two forms). cosine / dot: mean similarity, score =
+    intra - inter; l1 / l2 / l10: mean distance, score = inter - intra. ratio = intra / inter."""
     was_training = encoder.training
     encoder.eval()
     sums = {m: Counter() for m in metrics}  # intra_sum, intra_n, inter_sum, inter_n pooled over batches
@@ -84,9 +82,8 @@ def context_scores(encoder, batches, metrics=("cosine",), sep_id=None):
 
 
 def probe_blocks(data, tok, max_len, eval_blocks, trained_on=True, cache_dir=None):
-    """-> ((k, max_len) ids of the blocks to probe, what they are). Text the model trained on: its
-    last min(eval_blocks, n // 10) blocks, the ones taco.py's evaluate holds out. Other text was
-    never trained on, so all of it is held out: its first eval_blocks blocks (all when fewer)."""
+    """-> ((k, max_len) ids of the blocks to probe, what they are): of the text the model trained on, its last
+    min(eval_blocks, n // 10) blocks, as taco.py holds them out; other text is all held out: its first eval_blocks."""
     tokens = tokenize_corpus(data, tok, cache_dir)
     blocks = make_blocks(tokens, max_len, tok.cls_id, tok.sep_id)
     n = min(eval_blocks, len(blocks))
@@ -189,8 +186,7 @@ def save_figure(fig, path, plt):
 
 
 def plot_heatmaps(panels, tokens, path):
-    """One token x token cosine heatmap per model ({name: (T, T)}) side by side, as TaCL's
-    Fig. 1 draws them. matplotlib is optional: without it a note and no file."""
+    """A token x token cosine heatmap per model ({name: (T, T)}), as TaCL's Fig. 1; no matplotlib: a note."""
     if (plt := pyplot()) is None:
         return print("note: pip install matplotlib for the heatmap; the self-similarity numbers are above")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 0.8, 4.2), squeeze=False)
@@ -208,13 +204,9 @@ def plot_heatmaps(panels, tokens, path):
 # ----------------------------------------------------------------------------- word similarity
 
 def word_similarity(embeddings, tok, pairs, batches=None):
-    """Word pairs whose two words are single tokens of the vocab (others are counted):
-
-    cooc_mean_cosine   the paper's Fig. 3a: mean cosine of the input embeddings of the pairs
-                       that co-occur, i.e. both words in one document of the `batches` blocks
-    spearman           an extra: Spearman correlation of the cosine with the human scores
-    mean_cosine        the mean cosine over all usable pairs
-    """
+    """Word pairs whose two words are single tokens of the vocab (others are counted): cooc_mean_cosine, the paper's
+    Fig. 3a, the mean cosine of the input embeddings of the pairs that co-occur (both words in one document of the
+    `batches` blocks); extras: spearman, of the cosine with the human scores, and mean_cosine over all usable pairs."""
     kept = [(a[0], b[0], score) for a, b, score in ((tok.encode(w1), tok.encode(w2), s) for w1, w2, s in pairs)
             if len(a) == len(b) == 1 and tok.unk_id not in (a[0], b[0])]  # (id1, id2, human score)
     cos = [F.cosine_similarity(embeddings[a], embeddings[b], dim=0).item() for a, b, _ in kept]
@@ -287,9 +279,8 @@ def retrieval_metrics(scores, relevance, k_ndcg=10, k_mrr=10, k_recall=100, doc_
 
 
 def dense_retrieval(encoder, tok, beir, similarity="dot", max_len=128):
-    """Zero-shot dense retrieval on a BEIR data set (read_beir's result): each text its [CLS] vector, ranked by
-    dot product (RetroMAE's choice) or cosine. As BEIR evaluates: queries without judgements are left out, and a
-    document whose id is its query's is not ranked for it (BEIR's ignore_identical_ids)."""
+    """Zero-shot dense retrieval on a BEIR set (read_beir's), each text its [CLS] vector, ranked by dot product
+    (RetroMAE's) or cosine; as BEIR: unjudged queries left out, a document never ranked for a query of its id."""
     corpus, queries, qrels = beir
     judged = [(qid, text) for qid, text in queries if qid in qrels]
     doc_ids = [did for did, _ in corpus]
@@ -314,9 +305,8 @@ def sentence_similarity(encoder, tok, pairs, max_len=128):
 # ----------------------------------------------------------------------------- one checkpoint
 
 def load_encoder(spec):
-    """-> (Bert encoder, tokenizer, checkpoint args or {}, source) of a taco run directory,
-    checkpoint file or Hugging Face directory (finetune.load_pretrained finds and checks it);
-    its vocab.txt must fit the embeddings."""
+    """-> (Bert encoder, tokenizer, checkpoint args or {}, source) of a taco run directory, checkpoint file or Hugging
+    Face directory (finetune.load_pretrained finds and checks it); its vocab.txt must fit the embeddings."""
     config, weights, vocab, source = load_pretrained(spec)
     tok = load_tokenizer(vocab)
     if tok.vocab_size != config.vocab_size:  # more: ids past the embeddings; fewer: most likely another vocab
@@ -361,29 +351,28 @@ def format_report(result):
 def main(argv=None):
     p = cli.ArgumentParser(description="Probes of a checkpoint: contextual score, self-similarity, word similarity; "
                            "with --retrieval / --sts, its [CLS] sentence vectors.", formatter_class=cli.HelpFormatter)
-    p.add_argument("--model", default="runs/taco", help="taco run directory (its newest checkpoint), "
-                   "checkpoint file, or Hugging Face BERT directory with vocab.txt")
-    p.add_argument("--data", help="text for the contextual score (as taco.py --data); default: the run's, else toy")
-    p.add_argument("--max_len", type=int_range(8, 512), help="block length; default: the run's, else 128")
-    p.add_argument("--eval_blocks", type=int_range(2), default=64,
-                   help="blocks probed: of the run's own text its last ones, as taco.py holds them out (at most a "
-                   "tenth); of other text (--data) the first ones, all of it when shorter")
-    p.add_argument("--batch_size", type=int_range(2), default=32, help="blocks per batch, the pool of 'inter' pairs")
-    p.add_argument("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
-    p.add_argument("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), "
-                   "or toy: the toy corpus's wordsim.txt")
-    p.add_argument("--cache_dir", help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
-    p.add_argument("--retrieval", help="also: dense retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, "
-                   "qrels/test.tsv), or toy: the toy grammar's")
-    p.add_argument("--sts", help="also: Spearman of the cosine of two sentence vectors on an STS-format TSV "
-                   "(sentence1, sentence2, score), or toy")
-    p.add_argument("--similarity", choices=["dot", "cos"], default="dot",
-                   help="retrieval score of two sentence vectors; dot is RetroMAE's")
-    p.add_argument("--json", help="also write the results to this JSON file")
+    add = p.add_argument
+    add("--model", default="runs/taco", help="taco run directory (its newest checkpoint), checkpoint file, or Hugging "
+        "Face BERT directory with vocab.txt")
+    add("--data", help="text for the contextual score (as taco.py --data); default: the run's, else toy")
+    add("--max_len", type=int_range(8, 512), help="block length; default: the run's, else 128")
+    add("--eval_blocks", type=int_range(2), default=64, help="blocks probed: of the run's own text its last ones, as "
+        "taco.py holds them out (at most a tenth); of other text (--data) the first ones, all of it when shorter")
+    add("--batch_size", type=int_range(2), default=32, help="blocks per batch, the pool of 'inter' pairs")
+    add("--metrics", default="cosine", help=f"comma-separated: {', '.join(METRICS)}")
+    add("--pairs", default="toy", help="WordSim353-format file (word1<TAB>word2<TAB>score), or toy: the toy corpus's "
+        "wordsim.txt")
+    add("--cache_dir", help="toy corpus / token cache (default $TACO_CACHE or ~/.cache/taco)")
+    add("--retrieval", help="also: dense retrieval on a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv), or "
+        "toy: the toy grammar's")
+    add("--sts", help="also: Spearman of the cosine of two sentence vectors on an STS-format TSV (sentence1, "
+        "sentence2, score), or toy")
+    add("--similarity", choices=["dot", "cos"], default="dot", help="retrieval score of two sentence vectors; dot is "
+        "RetroMAE's")
+    add("--json", help="also write the results to this JSON file")
     cli.add_threads_flag(p)
-    p.add_argument("--heatmap", help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's token x token "
-                   "last-layer cosines")
-    p.add_argument("--sentence", help="the heatmap's sentence; default: TaCL's (--data toy: the corpus's first)")
+    add("--heatmap", help=f"picture ({', '.join(PICTURE_FORMATS)}) of one sentence's token x token last-layer cosines")
+    add("--sentence", help="the heatmap's sentence; default: TaCL's (--data toy: the corpus's first)")
     args = p.parse_args(argv)
     with cli.errors():
         cli.set_threads(args.threads)  # float sums, so the numbers, depend on it
@@ -424,9 +413,8 @@ def main(argv=None):
         if sts_pairs:
             result["sts"] = sentence_similarity(encoder, tok, sts_pairs, max_len)
         print(format_report(result))
-        if args.json:  # before the picture: a picture that fails never costs the numbers
-            strict = json.loads(json.dumps(result), parse_constant=lambda nan: None)  # NaN, Infinity: null
-            checkpoints.write_json(args.json, strict)  # all or nothing
+        if args.json:  # before the picture: a picture that fails never costs the numbers; NaN, Infinity: null
+            checkpoints.write_json(args.json, json.loads(json.dumps(result), parse_constant=lambda c: None))
         if args.heatmap:
             tokens, cosines = token_cosines(encoder, tok, args.sentence or heatmap_sentence(data, args.cache_dir))
             plot_heatmaps({os.path.basename(os.path.normpath(args.model)): cosines}, tokens, args.heatmap)

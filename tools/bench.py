@@ -4,13 +4,11 @@
     python tools/bench.py --size base --max_len 256 --batch_size 32 --dtype bf16 --compile   # one GPU
     python tools/bench.py --gpu_check                                 # the prepared check for a GPU (docs/speed.md)
 
-Every variant runs the full step (forward, loss, backward, clip to norm 1, AdamW as taco.configure_optimizer
-builds it) on the same random batch (vocabulary 30,522, 15% masked by data.mask_tokens), the variants taking
-turns step by step (A B C D A B C D ...: the machine's drift cancels in the medians): taco-mlm, taco-tc (+ the
-TC loss: TACO), hf-mlm (transformers.BertForMaskedLM, sdpa), hf-tc (+ the plain TC loss, as users bolt it on).
+Every variant runs the full step (forward, loss, backward, clip to norm 1, taco's AdamW) on the same random batch,
+taking turns step by step (A B C D A B C D ...: the machine's drift cancels in the medians): taco-mlm, taco-tc (+ the
+TC loss: TACO), hf-mlm (transformers.BertForMaskedLM, sdpa), hf-tc (+ the plain TC loss, as users bolt it on);
 docs/speed.md says what each variant and column measures. The last lines are machine-readable: speedup_vs_hf
-(taco-mlm tokens/s / hf-mlm's) and tc_overhead (taco-tc step time / taco-mlm's).
-"""
+(taco-mlm tokens/s / hf-mlm's) and tc_overhead (taco-tc step time / taco-mlm's)."""
 import argparse
 import contextlib
 import os
@@ -20,7 +18,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root's modules
 from engine import cli, fast  # first, before torch loads (engine/__init__.py)
 import torch
 
@@ -41,22 +39,22 @@ TOK = SimpleNamespace(vocab_size=30522, special_ids=[0, 100, 101, 102, 103], mas
 
 def get_args(argv=None):
     p = cli.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=cli.HelpFormatter)
-    p.add_argument("--size", choices=list(SIZES), help="model size (default: small; base with --gpu_check)")
-    p.add_argument("--batch_size", type=int_range(1), help="sequences per step (default: 16; 32 with --gpu_check)")
-    p.add_argument("--max_len", type=int_range(8, 512), help="tokens per sequence (default: 128; 256 with --gpu_check)")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="autocast precision (default: bf16 on CUDA, "
-                   "fp32 on CPU)")
-    p.add_argument("--compile", action="store_true", help="torch.compile every model")
-    p.add_argument("--steps", type=int_range(1), default=10, help="timed steps per variant")
-    p.add_argument("--warmup", type=int_range(0), default=2, help="untimed steps per variant first")
+    add = p.add_argument
+    add("--size", choices=list(SIZES), help="model size (default: small; base with --gpu_check)")
+    add("--batch_size", type=int_range(1), help="sequences per step (default: 16; 32 with --gpu_check)")
+    add("--max_len", type=int_range(8, 512), help="tokens per sequence (default: 128; 256 with --gpu_check)")
+    add("--dtype", choices=["fp32", "bf16", "fp16"], help="autocast precision (default: bf16 on CUDA, fp32 on CPU)")
+    add("--compile", action="store_true", help="torch.compile every model")
+    add("--steps", type=int_range(1), default=10, help="timed steps per variant")
+    add("--warmup", type=int_range(0), default=2, help="untimed steps per variant first")
     cli.add_threads_flag(p)
-    p.add_argument("--device", help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
-    p.add_argument("--peak_tflops", type=float_range(0, lo_open=True),
-                   help="the device's dense bf16 TFLOP/s for MFU (default: looked up by GPU name)")
-    p.add_argument("--gpu_check", action="store_true", help="the prepared check for a GPU (docs/speed.md): the step "
-                   "of BERT-base against Hugging Face's, eager and compiled, and the largest micro-batch, within 7.5 "
-                   "minutes; its tables for docs/speed.md")
+    add("--device", help="cpu or cuda (default: cuda if available)")
+    add("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
+    add("--peak_tflops", type=float_range(0, lo_open=True), help="the device's dense bf16 TFLOP/s for MFU (default: "
+        "looked up by GPU name)")
+    add("--gpu_check", action="store_true", help="the prepared check for a GPU (docs/speed.md): the step of BERT-base "
+        "against Hugging Face's, eager and compiled, and the largest micro-batch, within 7.5 minutes; its tables for "
+        "docs/speed.md")
     args = p.parse_args(argv)
     args.variants = args.variants.split(",")
     if unknown := set(args.variants) - set(VARIANTS):
@@ -122,21 +120,15 @@ def make_step(name, args, cfg, inputs, labels):
     return step
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def alternate(fns, device, rounds, warmup=0):
-    """Call every fn(i) in turn (A B C A B C ...: the machine's drift hits each alike), `warmup`
-    untimed rounds first -> {name: median ms}."""
-    times = {}
+    """Each fn(i) in turn (A B C A B C ...: drift hits all alike) after `warmup` untimed rounds -> {name: median ms}."""
+    times, sync = {}, torch.cuda.synchronize if device.type == "cuda" else lambda: None
     for i in range(warmup + rounds):
         for name, fn in fns.items():
-            sync(device)
+            sync()
             t0 = time.perf_counter()
             fn(i)
-            sync(device)
+            sync()
             if i >= warmup:
                 times.setdefault(name, []).append((time.perf_counter() - t0) * 1e3)
     return {name: statistics.median(times[name]) for name in fns}
@@ -177,8 +169,7 @@ def head(*names):
 
 
 def measure(args):
-    """Time every variant (and its peak memory on CUDA); print the table and the machine-readable lines
-    -> {variant: median ms}."""
+    """Time every variant (peak memory too on CUDA), print the table and the machine-readable lines -> {variant: ms}."""
     cfg = BertConfig.from_size(args.size)
     inputs, labels = make_batch(args)
     try:
@@ -191,7 +182,6 @@ def measure(args):
     med = alternate({v: make_step(v, args, cfg, inputs, labels) for v in args.variants}, args.device, args.steps,
                     args.warmup)  # ms
     peak = {v: peak_memory(make_step(v, args, cfg, inputs, labels)) for v in args.variants if cuda}  # a fresh model
-
     tokens, name = args.batch_size * args.max_len, device_name(args.device)
     threads = f", {torch.get_num_threads()} threads" if not cuda else ""
     print(f"{args.size} (L{cfg.num_hidden_layers} H{cfg.hidden_size} A{cfg.num_attention_heads}), batch "
@@ -203,9 +193,7 @@ def measure(args):
         print(row(v, f"{med[v]:.0f}", f"{tokens / med[v] * 1e3:,.0f}",
                   f"{med['hf-mlm'] / med[v]:.2f}x" if "hf-mlm" in med else "-",
                   f"{peak[v] / 2**20:,.0f}" if cuda else "-", mfu(args, name, cfg, labels, med[v])))
-
-    def ratio(a, b):
-        return med[a] / med[b] if a in med and b in med else float("nan")
+    ratio = lambda a, b: med[a] / med[b] if a in med and b in med else float("nan")
     print(f"\nTC step / MLM step: taco {ratio('taco-tc', 'taco-mlm'):.3f}, Hugging Face + plain TC "
           f"{ratio('hf-tc', 'hf-mlm'):.3f}; TACO vs Hugging Face + plain TC: {ratio('hf-tc', 'taco-tc'):.2f}x tokens/s")
     route, madds = fast.similarity_route(tokens, tokens, 1 + 50, cfg.hidden_size)  # anchors = keys: every token
@@ -218,8 +206,7 @@ def measure(args):
 
 
 def peak_memory(step):
-    """Peak bytes that two steps add on top of what is allocated (gradients, AdamW state, activations,
-    temporaries), from the CUDA allocator."""
+    """The peak bytes two steps add to what is allocated (gradients, AdamW state, activations, temporaries)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
@@ -232,9 +219,8 @@ def peak_memory(step):
 # ----------------------------------------------------------------------------- the GPU check
 
 def gpu_check(args, minutes=7.5):
-    """The prepared check for a lent GPU (docs/speed.md): the step against Hugging Face's, the step of
-    taco compiled, and the largest micro-batch that fits, each part started only within `minutes`;
-    its output is what docs/speed.md records."""
+    """The prepared check for a lent GPU, what docs/speed.md records: the step against Hugging Face's, taco's step
+    compiled, and the largest micro-batch that fits, each part started only within `minutes`."""
     end = time.time() + 60 * minutes
     compiled = argparse.Namespace(**{**vars(args), "compile": True, "variants": ["taco-mlm", "taco-tc"]})
     print(f"## GPU check: {device_name(args.device)}, {time.strftime('%Y-%m-%d', time.gmtime())}, "

@@ -4,18 +4,15 @@
     python tools/export.py runs/retromae/ckpt_00000600.pt hf/retromae
     python tools/export.py runs/minilm_taco hf/minilm_taco --encoder_only   # a BertModel: no MLM head
 
-OUT gets what transformers' Auto* classes, sentence_transformers.SentenceTransformer, `finetune.py --model` and
-`taco.py --init` load: config.json (BertForMaskedLM), model.safetensors (the encoder, its [CLS] pooler and the MLM
-head; RetroMAE's decoder serves pre-training only and is left out, as upstream), vocab.txt, tokenizer_config.json,
-and sentence-transformers' modules.json with its pooling. A run that never had a pooler gets a freshly initialised
-one (as transformers would make), so that no weight is reported missing. The key mapping is model.py's. OUT is
-written beside and renamed into place (engine/folders.py): a non-empty OUT only with --force, never a run, the
-source or the repository.
+OUT gets what transformers' Auto* classes, SentenceTransformer, `finetune.py --model` and `taco.py --init` load:
+config.json, model.safetensors (encoder, pooler, MLM head; RetroMAE's decoder left out, as upstream; a run without a
+pooler gets a fresh one, so no weight is reported missing), the tokenizer and sentence-transformers' files. It is
+written beside and renamed into place: a non-empty OUT only with --force, never a run, the source or the repository.
 """
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root's modules
 from engine import checkpoints, cli, folders  # first, before torch loads (engine/__init__.py)
 import torch
 
@@ -44,11 +41,10 @@ def export(spec, out, pooling=None, encoder_only=False, force=False):
                              f"{unexpected[:3]}")
     objective = (run or {}).get("objective")
     pooling = pooling or ("cls" if objective == "retromae" else "mean")
-    hf_state = to_hf_state_dict(model)
     with folders.replacing(out, "export.py", force, {"SOURCE": spec}) as tmp:
         model.save_pretrained(tmp, vocab_file=vocab, do_lower_case=lowercase(source, run))
         if encoder_only:  # a BertModel: its keys carry no "bert." prefix, and no MLM head
-            sd = {k.removeprefix("bert."): v for k, v in hf_state.items() if k.startswith("bert.")}
+            sd = {k.removeprefix("bert."): v for k, v in to_hf_state_dict(model).items() if k.startswith("bert.")}
             write_safetensors(os.path.join(tmp, "model.safetensors"), sd)
             checkpoints.write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict("BertModel"))
         write_sentence_transformers(tmp, cfg, pooling)

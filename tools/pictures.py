@@ -11,7 +11,7 @@ block, and blocks of one topic do not merge.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python tools/NAME.py: the root's modules
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root's modules
 from engine import checkpoints, cli  # first, before torch loads (engine/__init__.py)
 import numpy as np
 import torch
@@ -41,9 +41,8 @@ def topic_words(tok):
 
 
 def document_topics(tokens, tok):
-    """Each token's document topic (index into TOPICS; -1 if no content word decides it). Documents
-    end at [SEP]; a document's topic is the one most of its content words belong to (85% are drawn
-    from it by the generator, so the vote is nearly always right)."""
+    """Each token's document topic (index into TOPICS; -1 if no content word decides it): the topic of most of the
+    content words of its document (ending at [SEP]); the generator draws 85% from it, so the vote is nearly right."""
     words, tokens = topic_words(tok), np.asarray(tokens)
     doc = np.concatenate([[0], np.cumsum(tokens[:-1] == tok.sep_id)])  # document index of each token
     topic = np.array([words.get(int(t), -1) for t in tokens])
@@ -72,9 +71,8 @@ def objective_of(run):
 # ----------------------------------------------------------------------------- the pictures
 
 def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
-    """Token x token cosine matrix of n_blocks consecutive held-out blocks for each run; block
-    edges white, document boundaries red; mean cosines within a block (same / other document)
-    and across blocks in the title."""
+    """Token x token cosine matrix of n_blocks consecutive held-out blocks for each run; block edges white, document
+    boundaries red; mean cosines within a block (same / other document) and across blocks in the title."""
     plt = analyze.pyplot("pictures.py")
     fig, axes = plt.subplots(1, len(run_dirs), figsize=(4.6 * len(run_dirs), 4.6), squeeze=False)
     for ax, spec in zip(axes[0], run_dirs):
@@ -111,8 +109,7 @@ def cosine(run_dirs, out, part="h", block=None, n_blocks=2):
 
 
 def pca(run_dirs, out, max_tokens=3000):
-    """2-D PCA of the global parts g of held-out tokens: coloured by block (top) and by their
-    document's topic (bottom)."""
+    """2-D PCA of the global parts g of held-out tokens: coloured by block (top) and by their document's topic."""
     plt = analyze.pyplot("pictures.py")
     fig, axes = plt.subplots(2, len(run_dirs), figsize=(4.5 * len(run_dirs), 8.4), squeeze=False)
     for col, spec in enumerate(run_dirs):
@@ -151,8 +148,8 @@ def pca(run_dirs, out, max_tokens=3000):
 
 
 def curves(run_dirs, out):
-    """Training loss, MLM loss, each objective's own auxiliary loss (every --log_every steps) and
-    the held-out contextual score (every --eval_every) vs step; one colour per run in every panel."""
+    """Training loss, MLM loss, each objective's own auxiliary loss (every --log_every steps) and the held-out
+    contextual score (every --eval_every) vs step; one colour per run in every panel."""
     plt = analyze.pyplot("pictures.py")
     read = []
     for i, spec in enumerate(run_dirs):

@@ -73,9 +73,8 @@ def step_of(path):
 
 
 def plan_run(name, args, seed, out_dir, extra=(), init=None):
-    """One variant's run in out_dir/name -> (run dir, taco.py flags, or None when it holds this run
-    finished). The same run (config.json's settings; a continuation of `init`'s newest checkpoint) is
-    resumed where it stopped; a run with other settings is replaced only with --force."""
+    """One variant's run in out_dir/name -> (run dir, taco.py flags, or None when it holds this run finished). The
+    same run (its settings; a continuation of `init`'s newest checkpoint) resumes; other settings need --force."""
     out = os.path.join(out_dir, name)
     argv = taco_argv(name, args, seed, out, extra)
     want = {k: v for k, v in vars(flags.get_args(argv)).items() if k not in flags.RESUMABLE}  # a mistake: one line
@@ -158,9 +157,8 @@ def score_fields(prefix, scores):
 
 
 def measure_checkpoint(run, path, args, fine_tune=True, sentences=False):
-    """One checkpoint of a run (path None: its random init, step 0) -> its row, less "variant" and "seed":
-    held-out MLM (the run's log), analysis, fine-tuning (unless not `fine_tune`), with `sentences` the
-    [CLS] vector's toy retrieval and similarity, the CPU seconds."""
+    """One checkpoint of a run (None: its random init, step 0) -> its row but "variant" and "seed": held-out MLM (the
+    run's log), the probes, fine-tuning if `fine_tune`, with `sentences` the [CLS] vector's toy probes, CPU seconds."""
     t0, cfg = time.process_time(), checkpoints.read_json(os.path.join(run, "config.json"))
     if path is None:
         torch.manual_seed(cfg["args"]["seed"])  # taco.py's init, exactly
@@ -256,11 +254,9 @@ def measured(out, args, seed, plans):
 
 
 def miniature(args, t0):
-    """One pre-training seed, MLM for --steps, then continuations from its final weights (new optimizer
-    and schedule) for --continue_steps each -> rows of the init and of every final encoder.
-    --tacl: tacl and, as the control, mlm_continued, both with weight decay 0 (as TaCL's AdamW);
-    OUT/tacl.json, tacl_table.md, tacl_heatmap.png. --retromae: mlm, taco and retromae from OUT/stage0,
-    their [CLS] vectors probed too; OUT/study.json, table.md."""
+    """One seed: MLM for --steps, then continuations from its weights (new optimizer and schedule) for --continue_steps
+    -> rows of the init and of each final encoder. --tacl: tacl and the control mlm_continued, weight decay 0 (as
+    TaCL's AdamW) -> OUT/tacl*; --retromae: mlm, taco, retromae from OUT/stage0, [CLS] probed -> OUT/study.json."""
     seed, steps = args.seed[0], str(args.continue_steps)
     first = plan_run("mlm", args, seed, args.out if args.tacl else os.path.join(args.out, "stage0"))
     if args.tacl:
@@ -298,8 +294,7 @@ def save(out, args, times, rows, table, name="study", drawn=True):
     """OUT/<name>.json (settings, times, every row), OUT/table.md (--tacl: tacl_table.md), the table printed
     unless OUT is one seed's of several, and unless not `drawn` the plot (OUT/study.png)."""
     checkpoints.write_json(os.path.join(out, f"{name}.json"), {"settings": vars(args), "time": times, "rows": rows})
-    checkpoints.atomic_write(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"),
-                             lambda f: f.write((table + "\n").encode()))
+    checkpoints.write_bytes(os.path.join(out, "tacl_table.md" if name == "tacl" else "table.md"), f"{table}\n".encode())
     if out == args.out:
         print(table)
     if drawn:
@@ -389,9 +384,8 @@ def format_retromae_table(rows):
 
 
 def scores(rows):
-    """The fine-tuned scores the seeds table compares, {name: (label, function of a row)}: the steady one
-    (held-out pairs, every fine-tuning seed), the 1,000 dev pairs with every seed and, to show the
-    fine-tuning noise, with each half of the seeds."""
+    """The fine-tuned scores the seeds table compares, {name: (label, function of a row)}: the steady one (held-out
+    pairs, every seed), the 1,000 dev pairs with every seed and, to show the noise, with each half of the seeds."""
     n, out = min((len(r["ft_scores"]) for r in rows if r.get("ft_scores")), default=0), {}
     if any(r.get("ft_heldout_scores") for r in rows):
         out["heldout"] = (f"held-out pairs, {n} fine-tuning seeds", lambda r: r["ft_heldout_mean"])
@@ -416,9 +410,8 @@ def gaps(rows, seeds, v, key, last):
 
 
 def format_seeds_table(rows, seeds):
-    """Several pre-training seeds: mean ± std over them per objective and step; per seed the step at which
-    each objective first reaches MLM's final fine-tuned score (for each score of scores()), how often and
-    the median; the paired gap to MLM's final score; the contextual score."""
+    """Several pre-training seeds: mean ± std per objective and step; per seed the first step reaching MLM's final
+    fine-tuned score (each of scores()), how often, the median; the paired gap to it; the contextual score."""
     ft, at = ["ft_mean", "ft_heldout_mean"][:1 + any(r.get("ft_heldout_scores") for r in rows)], {}
     for r in rows:  # (variant, step) -> its rows, one per seed
         at.setdefault((r["variant"], r["step"]), []).append(r)
@@ -468,8 +461,7 @@ def format_seeds_table(rows, seeds):
 
 
 def plot(rows, path):
-    """2 x 2 panels, one colour per objective: every pre-training seed as a thin line, their mean as a
-    thick one. matplotlib is optional: a note if it is missing."""
+    """2 x 2 panels, a colour per objective, each seed a thin line, their mean a thick one; no matplotlib: a note."""
     if (plt := analyze.pyplot()) is None:
         return print("note: pip install matplotlib for the plots; the table above has every number")
     ft = "ft_heldout_mean" if any(r.get("ft_heldout_scores") for r in rows) else "ft_mean"
@@ -542,10 +534,8 @@ def main(argv=None):
     args, t0 = p.parse_args(argv), time.time()
     with cli.errors():
         mini = args.tacl or args.retromae
-        if args.ft_seeds is None:
-            args.ft_seeds = [1, 2, 3] if mini else [1, 2, 3, 4, 5, 6]
-        if args.ft_heldout is None:
-            args.ft_heldout = 0 if mini else 5000
+        args.ft_seeds = ([1, 2, 3] if mini else [1, 2, 3, 4, 5, 6]) if args.ft_seeds is None else args.ft_seeds
+        args.ft_heldout = (0 if mini else 5000) if args.ft_heldout is None else args.ft_heldout
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         if not names or any(v not in VARIANTS for v in names):
             raise UsageError(f"unknown variant in {args.variants!r}; choose from {', '.join(VARIANTS)}")
