@@ -65,7 +65,7 @@ def keyword_rows(n, seed):
 def models(tmp_path_factory):
     """A random tiny "pre-trained" model: a taco run directory, a single checkpoint file, and a
     checkpoint whose vocabulary size does not match the vocab.txt beside it."""
-    from engine.checkpoints import save_checkpoint  # writes the manifest that marks a checkpoint valid
+    from engine.checkpoints import save_checkpoint  # written whole, as a run writes it
     root = tmp_path_factory.mktemp("models")
     vocab = SPECIALS + WORDS
     out = {}

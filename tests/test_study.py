@@ -198,7 +198,6 @@ def test_only_the_checkpoints_every_save_every_are_measured(tmp_path):
     """A run stopped by a signal saved an extra checkpoint where it stopped, then resumed: not a row."""
     for step in (150, 300, 42):
         (tmp_path / f"ckpt_{step:08d}.pt").touch()
-        (tmp_path / f"ckpt_{step:08d}.json").touch()  # (a manifest, where the engine lists checkpoints by them)
     assert [s for s, _ in study.measured_checkpoints(str(tmp_path), {"save_every": 150, "steps": 300})] == [150, 300]
     assert [s for s, _ in study.measured_checkpoints(str(tmp_path), {"save_every": 200, "steps": 300})] == [300]
 
@@ -268,7 +267,6 @@ def fake_run(folder, args_json=None, step=200, init=None):
     (folder / "config.json").write_text(json.dumps({"args": args_json or {"objective": "taco", "steps": 600},
                                                     "init": init}))
     (folder / f"ckpt_{step:08d}.pt").write_bytes(b"weights")
-    (folder / f"ckpt_{step:08d}.json").write_text("{}")  # (a manifest, where the engine lists checkpoints by them)
 
 
 def test_a_run_with_other_settings_is_never_replaced_without_force(tmp_path, capsys):
