@@ -190,21 +190,16 @@ def test_stopping_a_run_while_it_tokenises_ends_every_process(tmp_path, toy_dir,
 
 def test_disk_full_for_real_while_tokenising(tmp_path, toy_dir):
     """The token cache on a full disk (a 10 MB tmpfs; the array needs 16 MB): one line, exit 2, nothing left."""
-    from test_runs import unshare_tmpfs
-    prefix = unshare_tmpfs()
-    if prefix is None:
-        pytest.skip("needs unshare and a private tmpfs (user namespaces)")
-    full = tmp_path / "full"
-    full.mkdir()
+    from test_runs import on_a_full_disk
     corpus = tmp_path / "big.txt"
     corpus.write_text((toy_dir / "train.txt").read_text() * 20)
     script = ("import os, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
               "print(sorted(os.path.relpath(os.path.join(d, f), {full!r}) for d, _, fs in os.walk({full!r}) "
-              "for f in fs)); sys.exit(r.returncode)").format(full=str(full))
-    cmd = prefix + [sys.executable, "-c", script, sys.executable, str(HERE / "taco.py"), "--data", str(corpus),
-                    "--vocab", str(toy_dir / "vocab.txt"), "--cache_dir", str(full / "cache"), "--out",
-                    str(full / "run"), "--num_proc", "2", "--threads", "1"]
-    r = subprocess.run(cmd, env={**os.environ, "FULL": str(full)}, capture_output=True, text=True)
+              "for f in fs)); sys.exit(r.returncode)")
+    r = on_a_full_disk(tmp_path, lambda full: [
+        sys.executable, "-c", script.format(full=str(full)), sys.executable, str(HERE / "taco.py"), "--data",
+        str(corpus), "--vocab", str(toy_dir / "vocab.txt"), "--cache_dir", str(full / "cache"), "--out",
+        str(full / "run"), "--num_proc", "2", "--threads", "1"])
     assert r.returncode == 2, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: no space left in ") and "Traceback" not in r.stderr, r.stderr[-3000:]

@@ -372,26 +372,24 @@ def test_more_processes_than_gpus_is_one_line(monkeypatch):
 
 # ----------------------------------------------------------------------------- nothing lost, no stale state reused
 
-def unshare_tmpfs():
-    """A command prefix running in a private mount namespace where $FULL is a 10 MB tmpfs, or None."""
-    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
-        return None
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m none /tmp"],
-                           capture_output=True)
-    return ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=10m none "$FULL" && exec "$@"', "sh"] \
-        if probe.returncode == 0 else None
+def on_a_full_disk(tmp_path, command):
+    """command(full) run where the folder `full` is a 10 MB tmpfs in a private mount namespace -> CompletedProcess;
+    skipped where user namespaces are off."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m none /tmp"], capture_output=True).returncode:
+        pytest.skip("needs unshare and a private tmpfs (user namespaces)")
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=10m none "$FULL" && exec "$@"', "sh"]
+    return subprocess.run(mount + command(full), env={**os.environ, "FULL": str(full)}, cwd=HERE, capture_output=True,
+                          text=True)
 
 
 def test_disk_full_for_real_on_a_small_tmpfs(tmp_path, quick):
     """A real full disk (a 10 MB tmpfs): a tiny checkpoint takes 6.6 MB, so the second does not fit."""
-    prefix = unshare_tmpfs()
-    if prefix is None:
-        pytest.skip("needs unshare and a private tmpfs (user namespaces)")
-    full = tmp_path / "full"
-    full.mkdir()
-    out = str(full / "run")
-    cmd = prefix + [sys.executable, "-c", LIST_AFTER.format(out=out), *quick, "--steps", "8", "--out", out]
-    r = subprocess.run(cmd, env={**os.environ, "FULL": str(full)}, cwd=HERE, capture_output=True, text=True)
+    out = str(tmp_path / "full" / "run")
+    r = on_a_full_disk(tmp_path, lambda full: [sys.executable, "-c", LIST_AFTER.format(out=out), *quick, "--steps", "8",
+                                               "--out", out])
     assert r.returncode == 2, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last == (f"error: no space left in {out} for ckpt_00000008.pt: free some space there; the earlier "
