@@ -67,7 +67,7 @@ def collate(split, idx, pad_id, device):
 # ----------------------------------------------------------------------------- model
 
 def load_pretrained(spec):
-    """A taco run directory (its newest valid checkpoint), a checkpoint file, or a Hugging Face directory ->
+    """A taco run directory (its newest checkpoint), a checkpoint file, or a Hugging Face directory ->
     (config, encoder weights under our names, vocab.txt path, the file or folder used); the task head is new."""
     try:
         source, is_hf = checkpoints.find_weights(spec)

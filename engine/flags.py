@@ -120,8 +120,10 @@ def parser():
                    help="evaluate every N steps, and at the end (default: the recipe's)")
     p.add_argument("--log_every", type=int_range(1), default=10, help="write metrics.jsonl every N steps")
     p.add_argument("--keep_last", type=int_range(1), default=3, help="checkpoints kept in --out")
-    p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
-    p.add_argument("--force", action="store_true", help="overwrite a run in --out, or resume with changed settings")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out (one that "
+                   "does not load is skipped)")
+    p.add_argument("--force", action="store_true", help="overwrite a run in --out, resume with changed settings, or "
+                   "continue an --init without an MLM head")
     p.add_argument("--skip_nonfinite", action="store_true", help="skip steps with a non-finite loss instead of stopping")
     p.add_argument("--log", default=None, choices=["tensorboard", "wandb"],
                    help="also send metrics.jsonl's numbers to TensorBoard (OUT/tensorboard) or Weights & Biases")

@@ -1,6 +1,6 @@
 """Export a taco run or checkpoint (any objective) as a Hugging Face folder (docs/model.md: Export).
 
-    python tools/export.py runs/taco hf/taco                       # the newest valid checkpoint of a run
+    python tools/export.py runs/taco hf/taco                       # the newest checkpoint of a run
     python tools/export.py runs/retromae/ckpt_00000600.pt hf/retromae
     python tools/export.py runs/minilm_taco hf/minilm_taco --encoder_only   # a BertModel: no MLM head
 
@@ -83,7 +83,7 @@ def write_sentence_transformers(folder, cfg, pooling):
 
 def main(argv=None):
     p = cli.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=cli.HelpFormatter)
-    p.add_argument("source", help="a taco run folder (its newest valid checkpoint), a checkpoint file, or a "
+    p.add_argument("source", help="a taco run folder (its newest checkpoint), a checkpoint file, or a "
                    "Hugging Face folder")
     p.add_argument("out", help="the folder to write: a new or empty one, or with --force a non-empty one")
     p.add_argument("--pooling", choices=["mean", "cls"], help="sentence-transformers' pooling "
