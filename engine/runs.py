@@ -77,7 +77,8 @@ class StopSignals(contextlib.AbstractContextManager):
         if not self.signum:
             self.signum, self.first = signum, time.monotonic()
             if self.master:
-                os.write(2, f"\n{name}: stopping after this step, once it is saved; a second signal stops at once\n".encode())
+                os.write(2, f"\n{name}: stopping after this step, once it is saved; a second signal stops at once\n"
+                         .encode())
         elif time.monotonic() - self.first > self.TOGETHER:
             if self.master:
                 os.write(2, f"\n{self.at_once(name)}\n".encode())
@@ -150,11 +151,13 @@ def metrics_logger(args):
     try:
         if args.log == "wandb":
             import wandb
-            return lambda step, numbers: (wandb.run or wandb.init(project="taco", config=vars(args))).log(numbers, step=step)
+            run = lambda: wandb.run or wandb.init(project="taco", config=vars(args))  # at the first numbers
+            return lambda step, numbers: run().log(numbers, step=step)
         if args.log == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
-            writer = functools.cache(lambda: SummaryWriter(os.path.join(args.out, "tensorboard")))  # at the first numbers
-            return lambda step, numbers: [writer().add_scalar(k, v, step) for k, v in numbers.items()] + [writer().flush()]
+            writer = functools.cache(lambda: SummaryWriter(os.path.join(args.out, "tensorboard")))  # at the first
+            return lambda step, numbers: [writer().add_scalar(k, v, step) for k, v in numbers.items()] + [
+                writer().flush()]
     except ImportError:
         raise UsageError(f"--log {args.log} needs its package: pip install {args.log}") from None
     return None
@@ -184,7 +187,6 @@ class Run(contextlib.AbstractContextManager):
         with contextlib.ExitStack() as stack:  # released at once if a check below fails, else by __exit__
             self.rank, self.local_rank, self.world, self.device = setup_distributed(args.device)
             if self.world > 1:
-                stack.callback(dist.destroy_process_group)
                 self.store = dist.distributed_c10d._get_default_store()
             self.master = self.rank == 0
             self.threads = cli.set_threads(args.threads)
@@ -206,18 +208,21 @@ class Run(contextlib.AbstractContextManager):
                 dist.broadcast_object_list(self.resume_from, src=0)
             self.resume_from = self.resume_from[0]
             if self.resume_from and not self.master:
-                self.checkpoint = self.see(self.resume_from, lambda: checkpoints.read_state(
+                self.checkpoint = self.see("the checkpoint", self.resume_from, lambda: checkpoints.read_state(
                     self.resume_from, checkpoints.RESUME), "--out on a disk every node shares")
             if args.resume and not self.resume_from and not self.restarted:
                 raise UsageError(f"--resume: no checkpoint in {args.out}")
             self.resuming = bool(self.resume_from)
             self.start = self.done = self.checkpoint.get("step", 0)
-            self.skipped, self.last_ckpt, self.last_eval, self.init_eval = self.checkpoint.get("skipped", 0), None, None, {}
+            self.skipped, self.last_ckpt, self.last_eval = self.checkpoint.get("skipped", 0), None, None
+            self.init_eval = {}  # taco.py's evaluation of an --init, for the end line
             self.metrics = os.path.join(args.out, "metrics.jsonl")
             self.exit = stack.pop_all()
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, *exc):
         self.exit.close()
+        if self.world > 1 and kind in (None, SystemExit):  # after a mistake of its own, the others learn of it when
+            dist.destroy_process_group()  # this process has said it (cli.fail) and exited
 
     def say(self, line):  # rank 0, above the progress bar if one is drawn
         if self.master:
@@ -236,17 +241,18 @@ class Run(contextlib.AbstractContextManager):
             self.store.set(what, "done")
         return result
 
-    def see(self, path, read, fix, bound=60):
-        """read() a file rank 0 wrote at `path`, trying for up to `bound` s (a shared disk may show it late);
-        else one line: this rank cannot see it, and `fix`."""
+    def see(self, what, path, read, fix, bound=60):
+        """read() `what` at `path` once rank 0 has written it, trying for up to `bound` s (a shared disk may show it
+        late); else one line: this rank cannot see it, and `fix`."""
         deadline = time.monotonic() + bound
         while True:
             with contextlib.suppress(OSError, UsageError):
                 if (found := read()) is not None:
                     return found
             if time.monotonic() > deadline:
-                raise UsageError(f"rank {self.rank} on {HOST} cannot see {path}, which rank 0 wrote: put {fix}")
-            time.sleep(2)
+                raise UsageError(f"rank {self.rank} on {HOST} cannot see {what} at {path} {bound} s after rank 0 wrote "
+                                 f"it: put {fix}")
+            time.sleep(min(2, bound))
 
     def agree_across_ranks(self, what, value):
         """Every rank's `value` (a dict) must be rank 0's: else one line naming the first key and rank that differ."""
@@ -264,11 +270,13 @@ class Run(contextlib.AbstractContextManager):
         corpora); the others wait, then read the cache, which must be on a disk they share (or prepared there)."""
         args, what = self.args, "tokenise --data"
         if self.master:
-            tokens = self.first(what, lambda: tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc, say=self.say))
+            tokens = self.first(what, lambda: tokenize_corpus(args.data, tok, args.cache_dir, args.num_proc,
+                                                              say=self.say))
         else:
             path = cache_path(resolve(args.data, args.cache_dir), tok, args.cache_dir)
-            tokens = self.first(what, lambda: self.see(path, lambda: cached(path, tok), "$TACO_CACHE on a disk every "
-                                "node shares, or run tools/prepare.py with the same --data and --vocab on each node first"))
+            fix = ("$TACO_CACHE on a disk every node shares, or run tools/prepare.py with the same --data and --vocab "
+                   "on each node first")
+            tokens = self.first(what, lambda: self.see("the token cache", path, lambda: cached(path, tok), fix))
         self.data = fingerprint(tokens)
         self.agree_across_ranks("data", {"tokens": self.data})
         return tokens
@@ -469,8 +477,8 @@ class Run(contextlib.AbstractContextManager):
             print(f"done: run in {self.args.out}")
         if self.master and (ev := self.last_eval):
             was = f" (--init's {self.init_eval['eval_mlm_acc']:.3f})" if "eval_mlm_acc" in self.init_eval else ""
-            mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}{was}" if "eval_mlm_loss" in ev
-                   else "no eval MLM (masking chose no held-out token)")
+            mlm = (f"eval MLM loss {ev['eval_mlm_loss']:.3f}, acc {ev['eval_mlm_acc']:.3f}{was}"
+                   if "eval_mlm_loss" in ev else "no eval MLM (masking chose no held-out token)")
             print(f"done: {mlm}, contextual score {ev['ctx_score']:.3f} (intra {ev['ctx_intra']:.3f}, "
                   f"inter {ev['ctx_inter']:.3f}); run in {self.args.out}")
         if self.world > 1:

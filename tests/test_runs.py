@@ -470,3 +470,16 @@ def test_resume_in_other_micro_batches_or_processes_says_what_it_changes(straigh
     torch.save({**torch.load(ckpt, weights_only=True), "world_size": 3}, ckpt)
     assert run_taco(quick + ["--out", moved, "--resume"]) == 0
     assert "warning: --resume on 1 process, not the 3 this run was trained on" in capsys.readouterr().err
+
+
+def test_a_rank_that_cannot_see_what_rank_0_wrote_says_so_and_how_to_fix_it(tmp_path):
+    """Nodes with disks of their own (a node-local $TACO_CACHE or --out): a rank looks for what rank 0 wrote for a
+    bounded time, then says in one line which rank, where, what and the fix (with torchrun and two caches by hand:
+    `rank 1 on HOST cannot see the token cache at PATH 60 s after rank 0 wrote it: put $TACO_CACHE on ...`)."""
+    from types import SimpleNamespace
+    tries = []
+    with pytest.raises(cli.UsageError, match=rf"^rank 1 on {runs.HOST} cannot see the token cache at {tmp_path} "
+                                             r"0.2 s after rank 0 wrote it: put a shared disk$"):
+        runs.Run.see(SimpleNamespace(rank=1), "the token cache", tmp_path, lambda: tries.append(1), "a shared disk", 0.2)
+    assert len(tries) >= 2  # looked again, not once
+    assert runs.Run.see(SimpleNamespace(rank=1), "it", tmp_path, lambda: "found", "", 0.2) == "found"
