@@ -186,10 +186,11 @@ def errors():
         if cause(err, lambda e: isinstance(e, KeyboardInterrupt)):
             print("interrupted", file=sys.stderr)
             sys.exit(130)
-        if os.environ.get("WORLD_SIZE", "1") != "1" and cause(err, lambda e: isinstance(e, RuntimeError) and any(
-                why in str(e) for why in ("Connection closed by peer", "Connection reset by peer", "NCCL"))):
-            print(f"rank {os.environ.get('RANK')}: stopped: another rank ended first (its own lines say why)",
-                  file=sys.stderr)
+        peer_lost = ("Connection closed by peer", "Connection reset by peer", "NCCL", "Timed out")  # gloo's, NCCL's
+        if os.environ.get("WORLD_SIZE", "1") != "1" and cause(
+                err, lambda e: isinstance(e, RuntimeError) and any(why in str(e) for why in peer_lost)):
+            print(f"rank {os.environ.get('RANK')}: stopped: another rank ended first or stopped answering (its own "
+                  f"lines say why)", file=sys.stderr)
             sys.exit(1)
         if full := disk_full(err):
             where = os.path.dirname(os.path.abspath(full.filename)) if full.filename else "the output or cache folder"
