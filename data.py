@@ -9,7 +9,6 @@ dynamic MLM masking (BERT's 80/10/10; whole-word masking and RetroMAE's decoder 
 Where the tokens come from (hub datasets, local files, the toy corpus) and the token cache that
 holds them once tokenised are the engineering's: engine/corpus.py (tokenize_corpus).
 """
-import os
 import re
 import unicodedata
 from pathlib import Path

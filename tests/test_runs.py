@@ -1,7 +1,6 @@
 """Tests for runs.py, a run's engineering: exact resume, one run per folder, non-finite steps, signals, kill -9,
 torchrun (a worker crash, a scheduler's SIGTERM to every process, ranks that disagree, 3 ranks), a full disk,
 a run's recorded data (docs/robustness.md)."""
-import errno
 import json
 import math
 import os

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from tools import bench
 from engine import checkpoints, hf
-from engine import runs
 import taco
 from engine import flags
 from model import BertConfig, BertForPreTraining
